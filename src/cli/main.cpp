@@ -1,0 +1,27 @@
+// hetpar: one executable, one subcommand per job kind.
+#include <CLI/CLI.hpp>
+
+#include "cli/train_command.hpp"
+#include "config/config_error.hpp"
+#include "util/log.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"hetpar: heterogeneous-parallel multimodal LLM trainer and benchmark suite"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string(HETPAR_VERSION " (commit " HETPAR_GIT_COMMIT
+                                                ", torch " HETPAR_TORCH_VERSION ")"));
+  hetpar::TrainArgs train;
+  CLI::App* train_cmd = hetpar::add_train_command(app, train);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : hetpar::kExitConfigError;
+  }
+  try {
+    if (train_cmd->parsed()) return hetpar::run_train(train);
+  } catch (const std::exception& e) {
+    hetpar::die_of(e);
+  }
+  return 0;
+}

@@ -1,0 +1,84 @@
+#include "cli/train_command.hpp"
+
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "config/run_config.hpp"
+#include "dist/launch_env.hpp"
+#include "launch/local_launcher.hpp"
+#include "train/train_job.hpp"
+#include "util/log.hpp"
+
+namespace hetpar {
+namespace {
+
+std::string self_executable() {
+  std::error_code ec;
+  auto path = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) throw std::runtime_error("cannot find this executable: " + ec.message());
+  return path.string();
+}
+
+// The ranks run the same command, minus --nproc (they read the environment).
+std::vector<std::string> rank_argv(const TrainArgs& args, const std::string& out_dir) {
+  std::vector<std::string> argv{self_executable(), "train", args.config, "--out", out_dir};
+  for (const auto& o : args.overrides) argv.insert(argv.end(), {"--set", o});
+  return argv;
+}
+
+}  // namespace
+
+CLI::App* add_train_command(CLI::App& app, TrainArgs& args) {
+  CLI::App* cmd = app.add_subcommand("train", "Train one run described by a TOML run file");
+  cmd->add_option("config", args.config, "run file (TOML)")->required();
+  cmd->add_option("--set", args.overrides,
+                  "override one key of the run file: --set layout.encoder.tp=2 (repeatable)");
+  cmd->add_option("--nproc", args.nproc,
+                  "spawn this many local ranks (default: as many as the layout needs); "
+                  "not used under torchrun/srun, which set RANK/WORLD_SIZE")
+      ->check(CLI::Range(1, 4096));
+  cmd->add_option("--out", args.out, "output directory (default: results/runs/<run.name>)");
+  cmd->footer("\nTHE RUN FILE\n" + describe_run_file());
+  return cmd;
+}
+
+int run_train(const TrainArgs& args) {
+  std::optional<LaunchEnv> env;
+  RunConfig config;
+  try {
+    env = read_launch_env();
+  } catch (const std::exception& e) {
+    die(kExitConfigError, std::string("launch environment: ") + e.what());
+  }
+  try {
+    config = load_run_config(args.config, args.overrides);
+    if (env && args.nproc && args.nproc != env->world_size) {
+      throw ConfigError("--nproc", "--nproc", "the launcher started " +
+                        std::to_string(env->world_size) + " ranks; drop --nproc");
+    }
+    check_world_size(config, env ? env->world_size
+                                 : (args.nproc ? args.nproc : config.placement.world_size));
+  } catch (const ConfigError& e) {
+    die(kExitConfigError, std::string("config: ") + e.what());
+  }
+  const std::string out_dir = args.out.empty() ? "results/runs/" + config.run.name : args.out;
+  if (env) {
+    set_log_rank(env->rank);
+    return run_train_job(config, *env, out_dir);
+  }
+
+  LocalLaunchSpec spec;
+  spec.nproc = config.placement.world_size;
+  spec.argv = rank_argv(args, out_dir);
+  spec.intra_op_threads = static_cast<int>(config.runtime.intra_op_threads);
+  spec.grace = std::chrono::milliseconds(static_cast<int64_t>(config.runtime.timeout_s * 1000) + 5000);
+  log_info("hetpar: launching {} local ranks for {}", spec.nproc, args.config);
+  const LaunchResult result = launch_local(spec);
+  if (result.exit_code != 0) {
+    log_error("job failed after {:.1f} s: {}", result.wall_seconds, describe_failure(result));
+  }
+  return result.exit_code;
+}
+
+}  // namespace hetpar

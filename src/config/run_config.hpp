@@ -1,0 +1,91 @@
+// A run, fully described: the resolved contents of a run TOML file (with its
+// includes and --set overrides applied), validated before anything starts.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "config/config_error.hpp"
+#include "parallel/layout.hpp"
+#include "parallel/placement.hpp"
+
+namespace hetpar {
+
+struct RunSection {
+  std::string name;        // default: the run file's stem
+  int64_t seed = 1234;
+  int64_t steps = 10;
+};
+
+struct EncoderConfig {     // ViT (SigLIP/CLIP style)
+  int64_t image_size = 32;
+  int64_t patch_size = 8;
+  int64_t channels = 3;
+  int64_t hidden = 64;
+  int64_t layers = 2;
+  int64_t heads = 4;
+  int64_t mlp_hidden = 256;
+  bool frozen = false;
+  int64_t tokens_per_image() const { return (image_size / patch_size) * (image_size / patch_size); }
+};
+
+struct LlmConfig {         // Llama style
+  int64_t vocab_size = 512;
+  int64_t hidden = 64;
+  int64_t layers = 2;
+  int64_t heads = 4;
+  int64_t kv_heads = 2;
+  int64_t ffn_hidden = 192;
+  int64_t seq_len = 128;
+};
+
+struct DataConfig {
+  int64_t global_batch_size = 8;  // samples per optimizer step, whole job
+  int64_t micro_batch_size = 2;   // samples per micro-batch on one LLM DP rank
+  int64_t images_min = 0;         // images per sample, uniform in [min, max]
+  int64_t images_max = 2;
+};
+
+struct LayoutConfig {
+  Placement placement = Placement::Uniform;
+  Layout encoder;
+  Layout llm;
+};
+
+struct RuntimeConfig {
+  std::string backend = "auto";   // "auto" (nccl with a GPU, else gloo), "gloo", "nccl"
+  double timeout_s = 60.0;        // per collective call and for rendezvous
+  int64_t intra_op_threads = 1;   // torch intra-op threads per rank
+};
+
+struct RunConfig {
+  std::string source_file;        // the run file as given on the command line
+  RunSection run;
+  EncoderConfig encoder;
+  LlmConfig llm;
+  DataConfig data;
+  LayoutConfig layout;
+  RuntimeConfig runtime;
+  ModulePlacement placement;      // derived from `layout` by validation
+};
+
+// Parses FILE, applies its `include = [...]` files (paths relative to the
+// including file; the including file wins on conflicts) and then each
+// override "dotted.key=value" (value in TOML syntax; a bare word is a string),
+// validates everything and returns the resolved config.
+// Throws ConfigError (file, key, reason) on the first problem.
+RunConfig load_run_config(const std::string& file, const std::vector<std::string>& overrides);
+
+// The job must be launched with exactly the ranks the placement needs.
+// Throws ConfigError naming key "layout" otherwise.
+void check_world_size(const RunConfig& config, int launched_world_size);
+
+// Every key of a run file with its type, default and meaning: the text of
+// `hetpar train --help`.
+std::string describe_run_file();
+
+// The resolved config as TOML (printed at start-up and saved beside results).
+std::string to_toml(const RunConfig& config);
+
+}  // namespace hetpar

@@ -1,0 +1,143 @@
+#include "dist/group.hpp"
+
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <numeric>
+
+namespace hetpar {
+namespace {
+
+c10d::ReduceOp to_c10d(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return c10d::ReduceOp::SUM;
+    case ReduceOp::kMax: return c10d::ReduceOp::MAX;
+    case ReduceOp::kMin: return c10d::ReduceOp::MIN;
+  }
+  return c10d::ReduceOp::SUM;
+}
+
+int64_t total(const std::vector<int64_t>& v) { return std::accumulate(v.begin(), v.end(), int64_t{0}); }
+
+}  // namespace
+
+Group::Group(std::string name, std::vector<int> ranks, int job_rank,
+             c10::intrusive_ptr<c10d::Backend> backend, std::chrono::milliseconds timeout)
+    : name_(std::move(name)), ranks_(std::move(ranks)), backend_(std::move(backend)),
+      timeout_(timeout) {
+  const auto it = std::find(ranks_.begin(), ranks_.end(), job_rank);
+  if (it == ranks_.end()) throw std::logic_error("rank " + std::to_string(job_rank) + " is not in group " + name_);
+  rank_ = static_cast<int>(it - ranks_.begin());
+  if (!backend_ && size() > 1) throw std::logic_error("group " + name_ + " has no backend");
+}
+
+void Group::fail(const char* call, const std::string& why) const {
+  throw CollectiveError(fmt::format("{} on group {} (rank {} of {}, job ranks [{}]) failed: {}", call,
+                                    name_, rank_, size(), fmt::join(ranks_, ","), why));
+}
+
+void Group::wait(const c10::intrusive_ptr<c10d::Work>& work, const char* call) const {
+  try {
+    if (!work->wait(timeout_)) fail(call, "timed out");
+  } catch (const CollectiveError&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail(call, e.what());
+  }
+}
+
+void Group::check_peer(int peer, const char* call) const {
+  if (peer < 0 || peer >= size() || peer == rank_) fail(call, fmt::format("bad peer {}", peer));
+}
+
+void Group::all_reduce(at::Tensor& tensor, ReduceOp op) {
+  if (size() == 1) return;
+  std::vector<at::Tensor> tensors{tensor};
+  c10d::AllreduceOptions opts;
+  opts.reduceOp = to_c10d(op);
+  opts.timeout = timeout_;
+  wait(backend_->allreduce(tensors, opts), "all_reduce");
+}
+
+at::Tensor Group::all_gather(const at::Tensor& tensor) {
+  if (size() == 1) return tensor.clone();
+  at::Tensor input = tensor.contiguous();
+  std::vector<int64_t> shape = input.sizes().vec();
+  if (shape.empty()) shape.push_back(1);
+  shape[0] *= size();
+  at::Tensor output = at::empty(shape, input.options());
+  c10d::AllgatherOptions opts;
+  opts.timeout = timeout_;
+  wait(backend_->_allgather_base(output, input, opts), "all_gather");
+  return output;
+}
+
+at::Tensor Group::reduce_scatter(const at::Tensor& tensor) {
+  if (tensor.dim() == 0 || tensor.size(0) % size() != 0) {
+    fail("reduce_scatter", fmt::format("dim 0 of shape {} is not divisible by {}",
+                                       fmt::join(tensor.sizes(), "x"), size()));
+  }
+  if (size() == 1) return tensor.clone();
+  at::Tensor input = tensor.contiguous();
+  std::vector<int64_t> shape = input.sizes().vec();
+  shape[0] /= size();
+  at::Tensor output = at::empty(shape, input.options());
+  c10d::ReduceScatterOptions opts;
+  opts.timeout = timeout_;
+  wait(backend_->_reduce_scatter_base(output, input, opts), "reduce_scatter");
+  return output;
+}
+
+at::Tensor Group::all_to_all_v(const at::Tensor& input, const std::vector<int64_t>& send_rows,
+                               const std::vector<int64_t>& recv_rows) {
+  if (static_cast<int>(send_rows.size()) != size() || static_cast<int>(recv_rows.size()) != size()) {
+    fail("all_to_all_v", fmt::format("needs {} send and recv counts, got {} and {}", size(),
+                                     send_rows.size(), recv_rows.size()));
+  }
+  if (input.dim() == 0 || total(send_rows) != input.size(0)) {
+    fail("all_to_all_v", fmt::format("send counts add up to {} rows but the input has shape {}",
+                                     total(send_rows), fmt::join(input.sizes(), "x")));
+  }
+  std::vector<int64_t> shape = input.sizes().vec();
+  shape[0] = total(recv_rows);
+  if (size() == 1) return input.clone();
+  at::Tensor in = input.contiguous();
+  at::Tensor output = at::empty(shape, input.options());
+  std::vector<int64_t> out_counts = recv_rows, in_counts = send_rows;  // c10d takes them mutable
+  c10d::AllToAllOptions opts;
+  opts.timeout = timeout_;
+  wait(backend_->alltoall_base(output, in, out_counts, in_counts, opts), "all_to_all_v");
+  return output;
+}
+
+void Group::broadcast(at::Tensor& tensor, int root) {
+  if (root < 0 || root >= size()) fail("broadcast", fmt::format("bad root {}", root));
+  if (size() == 1) return;
+  std::vector<at::Tensor> tensors{tensor};
+  c10d::BroadcastOptions opts;
+  opts.rootRank = root;
+  opts.timeout = timeout_;
+  wait(backend_->broadcast(tensors, opts), "broadcast");
+}
+
+void Group::send(const at::Tensor& tensor, int dst, int tag) {
+  check_peer(dst, "send");
+  std::vector<at::Tensor> tensors{tensor.contiguous()};
+  wait(backend_->send(tensors, dst, tag), "send");
+}
+
+void Group::recv(at::Tensor& tensor, int src, int tag) {
+  check_peer(src, "recv");
+  if (!tensor.is_contiguous()) fail("recv", "the receive buffer must be contiguous");
+  std::vector<at::Tensor> tensors{tensor};
+  wait(backend_->recv(tensors, src, tag), "recv");
+}
+
+void Group::barrier() {
+  if (size() == 1) return;
+  c10d::BarrierOptions opts;
+  opts.timeout = timeout_;
+  wait(backend_->barrier(opts), "barrier");
+}
+
+}  // namespace hetpar

@@ -1,0 +1,62 @@
+// A process group: the one interface every hetpar collective goes through, so
+// the same call sequence runs on Gloo (CPU, CI) and NCCL (GPU). All calls are
+// blocking and bounded by the group's timeout; a failure throws
+// CollectiveError naming the group, the call and the rank.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+
+#include <chrono>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace hetpar {
+
+class CollectiveError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+enum class ReduceOp { kSum, kMax, kMin };
+
+class Group {
+ public:
+  // `ranks`: job ranks of the members, ascending; `backend` may be null only
+  // for a group of one (every call is then local).
+  Group(std::string name, std::vector<int> ranks, int job_rank,
+        c10::intrusive_ptr<c10d::Backend> backend, std::chrono::milliseconds timeout);
+
+  const std::string& name() const { return name_; }
+  int rank() const { return rank_; }  // this process's rank inside the group
+  int size() const { return static_cast<int>(ranks_.size()); }
+  const std::vector<int>& ranks() const { return ranks_; }
+
+  void all_reduce(at::Tensor& tensor, ReduceOp op = ReduceOp::kSum);
+  // Concatenates every member's tensor (all the same shape) along dim 0.
+  at::Tensor all_gather(const at::Tensor& tensor);
+  // Sums across members, then member i keeps rows [i*n/size, (i+1)*n/size).
+  at::Tensor reduce_scatter(const at::Tensor& tensor);
+  // Sends rows [sum(send_rows[:j]), +send_rows[j]) of `input` to member j and
+  // returns the rows received, member by member: sum(recv_rows) rows.
+  at::Tensor all_to_all_v(const at::Tensor& input, const std::vector<int64_t>& send_rows,
+                          const std::vector<int64_t>& recv_rows);
+  void broadcast(at::Tensor& tensor, int root);   // root: rank inside the group
+  void send(const at::Tensor& tensor, int dst, int tag = 0);
+  void recv(at::Tensor& tensor, int src, int tag = 0);
+  void barrier();
+
+ private:
+  void wait(const c10::intrusive_ptr<c10d::Work>& work, const char* call) const;
+  void check_peer(int peer, const char* call) const;
+  [[noreturn]] void fail(const char* call, const std::string& why) const;
+
+  std::string name_;
+  std::vector<int> ranks_;
+  int rank_ = 0;
+  c10::intrusive_ptr<c10d::Backend> backend_;
+  std::chrono::milliseconds timeout_;
+};
+
+}  // namespace hetpar

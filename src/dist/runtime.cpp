@@ -1,0 +1,132 @@
+#include "dist/runtime.hpp"
+
+#include <ATen/Parallel.h>
+#include <ATen/Context.h>
+#include <fmt/ranges.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <algorithm>
+#include <functional>
+
+#include "dist/backend_factory.hpp"
+
+namespace hetpar {
+namespace {
+
+std::string resolve_backend(const std::string& requested) {
+  const bool gpu = at::hasCUDA();
+  if (requested == "auto") return gpu ? "nccl" : "gloo";
+  if (requested == "nccl" && !gpu) {
+    throw std::runtime_error("runtime.backend = \"nccl\" needs a CUDA device, and none is visible");
+  }
+  if (requested != "gloo" && requested != "nccl") {
+    throw std::runtime_error("unknown runtime.backend \"" + requested + "\"");
+  }
+  return requested;
+}
+
+std::vector<int> iota_ranks(int n) {
+  std::vector<int> r(n);
+  for (int i = 0; i < n; ++i) r[i] = i;
+  return r;
+}
+
+}  // namespace
+
+Runtime::Runtime(const LaunchEnv& env, const RuntimeOptions& options)
+    : env_(env), options_(options), backend_(resolve_backend(options.backend)) {
+  at::set_num_threads(options.intra_op_threads);
+  c10d::TCPStoreOptions store_options;
+  store_options.port = static_cast<std::uint16_t>(env.master_port);
+  store_options.isServer = !env.agent_store && env.rank == 0;
+  store_options.numWorkers = env.world_size;
+  store_options.waitWorkers = false;
+  store_options.timeout = options.timeout;
+  try {
+    store_ = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(fmt::format("rendezvous with the store at {}:{} failed: {}",
+                                         env.master_addr, env.master_port, e.what()));
+  }
+  // Namespaced so a torchrun agent store shared by restarts stays clean.
+  store_ = c10::make_intrusive<c10d::PrefixStore>("hetpar", store_);
+  world_ = make_group({"world", iota_ranks(env.world_size)}, 0);
+  known_[world_->ranks()] = 0;
+}
+
+Runtime::~Runtime() = default;
+
+std::unique_ptr<Group> Runtime::make_group(const GroupSpec& spec, int index) {
+  const auto it = std::find(spec.ranks.begin(), spec.ranks.end(), env_.rank);
+  const int size = static_cast<int>(spec.ranks.size());
+  c10::intrusive_ptr<c10d::Backend> backend;
+  if (size > 1) {
+    const int rank_in_group = static_cast<int>(it - spec.ranks.begin());
+    auto store = c10::make_intrusive<c10d::PrefixStore>(fmt::format("group{}", index), store_);
+    try {
+      backend = backend_ == "nccl"
+                    ? make_nccl_backend(store, rank_in_group, size, options_.timeout)
+                    : make_gloo_backend(store, rank_in_group, size, options_.timeout,
+                                        env_.master_addr);
+    } catch (const std::exception& e) {
+      throw CollectiveError(fmt::format("creating {} group {} over ranks [{}] failed: {}",
+                                        backend_, spec.name, fmt::join(spec.ranks, ","),
+                                        e.what()));
+    }
+  }
+  return std::make_unique<Group>(spec.name, spec.ranks, env_.rank, backend, options_.timeout);
+}
+
+void Runtime::check_same_list_everywhere(const std::vector<GroupSpec>& specs) {
+  std::string text;
+  for (const auto& s : specs) text += fmt::format("{}:[{}];", s.name, fmt::join(s.ranks, ","));
+  const std::string key = fmt::format("create_groups/{}", create_calls_++);
+  if (env_.rank == 0) {
+    store_->set(key, std::vector<uint8_t>(text.begin(), text.end()));
+    return;
+  }
+  std::vector<uint8_t> got;
+  try {
+    got = store_->get(key);
+  } catch (const std::exception& e) {
+    throw CollectiveError(fmt::format("waiting for rank 0's group list failed: {}", e.what()));
+  }
+  if (std::string(got.begin(), got.end()) != text) {
+    throw std::logic_error(fmt::format(
+        "rank {} was asked to create other groups than rank 0 (call {}); every rank must create "
+        "the same groups in the same order", env_.rank, create_calls_ - 1));
+  }
+}
+
+void Runtime::create_groups(const std::vector<GroupSpec>& specs) {
+  for (const auto& s : specs) {
+    if (s.ranks.empty() || !std::is_sorted(s.ranks.begin(), s.ranks.end()) ||
+        std::adjacent_find(s.ranks.begin(), s.ranks.end()) != s.ranks.end() ||
+        s.ranks.front() < 0 || s.ranks.back() >= env_.world_size) {
+      throw std::logic_error(fmt::format("group {} has bad ranks [{}] for world size {}", s.name,
+                                         fmt::join(s.ranks, ","), env_.world_size));
+    }
+  }
+  check_same_list_everywhere(specs);
+  for (const auto& s : specs) {
+    if (known_.count(s.ranks)) continue;
+    const int index = static_cast<int>(known_.size());
+    known_[s.ranks] = index;
+    if (std::binary_search(s.ranks.begin(), s.ranks.end(), env_.rank)) {
+      groups_[s.ranks] = make_group(s, index);
+    }
+  }
+}
+
+Group& Runtime::group(const std::vector<int>& ranks) {
+  if (ranks == world_->ranks()) return *world_;
+  const auto it = groups_.find(ranks);
+  if (it == groups_.end()) {
+    throw std::logic_error(fmt::format("rank {} has no group over ranks [{}]", env_.rank,
+                                       fmt::join(ranks, ",")));
+  }
+  return *it->second;
+}
+
+}  // namespace hetpar

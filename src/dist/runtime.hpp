@@ -1,0 +1,66 @@
+// The distributed runtime of one rank: the job's store, the world group and
+// every sub-group, created eagerly and in one agreed order on every rank.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dist/group.hpp"
+#include "dist/launch_env.hpp"
+
+namespace hetpar {
+
+struct RuntimeOptions {
+  std::string backend = "auto";  // "auto" | "gloo" | "nccl"
+  std::chrono::milliseconds timeout{60'000};
+  int intra_op_threads = 1;
+};
+
+struct GroupSpec {
+  std::string name;        // for messages, e.g. "llm.tp"
+  std::vector<int> ranks;  // job ranks, ascending
+};
+
+class Runtime {
+ public:
+  // Rendezvous through the job's TCPStore and creates the world group.
+  Runtime(const LaunchEnv& env, const RuntimeOptions& options);
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  int rank() const { return env_.rank; }
+  int world_size() const { return env_.world_size; }
+  const std::string& backend() const { return backend_; }  // resolved: "gloo" or "nccl"
+  std::chrono::milliseconds timeout() const { return options_.timeout; }
+  Group& world() { return *world_; }
+
+  // Every rank calls this with the same list in the same order (checked
+  // through the store; a mismatch throws instead of deadlocking). Each rank
+  // joins the groups it is in, in list order; a rank set already created is
+  // reused. Lazy, per-rank group creation is how jobs deadlock.
+  void create_groups(const std::vector<GroupSpec>& specs);
+  // The group over exactly these ranks; throws if it was never created or
+  // this rank is not in it.
+  Group& group(const std::vector<int>& ranks);
+
+ private:
+  void check_same_list_everywhere(const std::vector<GroupSpec>& specs);
+  std::unique_ptr<Group> make_group(const GroupSpec& spec, int index);
+
+  LaunchEnv env_;
+  RuntimeOptions options_;
+  std::string backend_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  std::unique_ptr<Group> world_;
+  std::map<std::vector<int>, std::unique_ptr<Group>> groups_;  // groups this rank is in
+  std::map<std::vector<int>, int> known_;                      // every rank set created
+  int create_calls_ = 0;
+};
+
+}  // namespace hetpar

@@ -1,0 +1,28 @@
+// A module's parallel layout: how many ways each parallel dimension splits it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace hetpar {
+
+struct Layout {
+  int tp = 1;  // tensor parallel
+  int cp = 1;  // context parallel
+  int pp = 1;  // pipeline parallel
+  int dp = 1;  // data parallel
+
+  int size() const { return tp * cp * pp * dp; }
+  bool operator==(const Layout&) const = default;
+  // "tp2.cp1.pp1.dp4": compact and unambiguous in logs and error messages.
+  std::string to_string() const;
+};
+
+// How the two modules' rank ranges relate (see DESIGN.md, "What a run is").
+enum class Placement { Colocated, NonColocated, Uniform };
+
+std::string to_string(Placement p);
+// Accepts "colocated", "non-colocated", "uniform"; returns false on anything else.
+bool parse_placement(const std::string& text, Placement& out);
+
+}  // namespace hetpar

@@ -1,0 +1,69 @@
+#include "parallel/placement.hpp"
+
+namespace hetpar {
+namespace {
+
+void check_dims(const char* module, const Layout& l) {
+  for (auto [name, v] : {std::pair{"tp", l.tp}, {"cp", l.cp}, {"pp", l.pp}, {"dp", l.dp}}) {
+    if (v < 1) {
+      throw PlacementError(std::string(module) + " layout " + l.to_string() + ": " + name +
+                           " must be >= 1");
+    }
+  }
+}
+
+std::string both(const Layout& encoder, const Layout& llm) {
+  return "encoder " + encoder.to_string() + " (" + std::to_string(encoder.size()) +
+         " ranks), llm " + llm.to_string() + " (" + std::to_string(llm.size()) + " ranks)";
+}
+
+}  // namespace
+
+ModulePlacement resolve_placement(Placement placement, const Layout& encoder, const Layout& llm) {
+  check_dims("encoder", encoder);
+  check_dims("llm", llm);
+  ModulePlacement out;
+  out.placement = placement;
+  out.llm = llm;
+  switch (placement) {
+    case Placement::Colocated:
+      if (encoder.size() != llm.size()) {
+        throw PlacementError("colocated placement needs both modules on the same ranks, but " +
+                             both(encoder, llm));
+      }
+      out.encoder = encoder;
+      out.encoder_ranks = {0, encoder.size()};
+      out.llm_ranks = {0, llm.size()};
+      break;
+    case Placement::NonColocated:
+      out.encoder = encoder;
+      out.encoder_ranks = {0, encoder.size()};
+      out.llm_ranks = {encoder.size(), llm.size()};
+      break;
+    case Placement::Uniform:
+      if (!(encoder == Layout{}) && !(encoder == llm)) {
+        throw PlacementError("uniform placement makes the encoder inherit the llm layout, but " +
+                             both(encoder, llm) + " were given; drop layout.encoder");
+      }
+      out.encoder = llm;
+      out.encoder_ranks = {0, llm.size()};
+      out.llm_ranks = {0, llm.size()};
+      break;
+  }
+  check_rank_ranges(out.encoder_ranks, out.llm_ranks);
+  out.world_size = std::max(out.encoder_ranks.end(), out.llm_ranks.end());
+  return out;
+}
+
+void check_rank_ranges(const RankRange& encoder, const RankRange& llm) {
+  const bool identical = encoder == llm;
+  const bool disjoint = encoder.end() <= llm.offset || llm.end() <= encoder.offset;
+  if (!identical && !disjoint) {
+    throw PlacementError("encoder ranks [" + std::to_string(encoder.offset) + ", " +
+                         std::to_string(encoder.end()) + ") and llm ranks [" +
+                         std::to_string(llm.offset) + ", " + std::to_string(llm.end()) +
+                         ") overlap without being identical");
+  }
+}
+
+}  // namespace hetpar

@@ -1,0 +1,12 @@
+// Exit codes of hetpar processes; the launcher reads them to tell the rank
+// that caused a failure from the ranks that only lost a peer.
+#pragma once
+
+namespace hetpar {
+
+inline constexpr int kExitError = 1;            // any other error
+inline constexpr int kExitConfigError = 2;      // bad configuration or usage: nothing started
+inline constexpr int kExitInjectedFault = 3;    // HETPAR_FAULT, for tests
+inline constexpr int kExitCollectiveError = 4;  // a collective failed: lost peer or timeout
+
+}  // namespace hetpar
