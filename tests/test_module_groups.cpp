@@ -57,6 +57,8 @@ struct Case {
   int world;
 };
 
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
 class JobGroupsOnRanks : public ::testing::TestWithParam<Case> {};
 
 TEST_P(JobGroupsOnRanks, MembershipAndConnectivity) {

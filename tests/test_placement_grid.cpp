@@ -40,7 +40,13 @@ struct BruteForce {
   }
 };
 
-class GridVsBruteForce : public ::testing::TestWithParam<std::pair<Layout, int>> {};
+struct GridCase {
+  Layout layout;
+  int offset;
+};
+void PrintTo(const GridCase& c, std::ostream* os) { *os << c.layout.to_string() << "@" << c.offset; }
+
+class GridVsBruteForce : public ::testing::TestWithParam<GridCase> {};
 
 TEST_P(GridVsBruteForce, CoordinatesAndEveryGroup) {
   const auto [layout, offset] = GetParam();
@@ -67,10 +73,10 @@ TEST_P(GridVsBruteForce, CoordinatesAndEveryGroup) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, GridVsBruteForce,
-                         ::testing::Values(std::pair{Layout{1, 1, 1, 1}, 0}, std::pair{Layout{2, 1, 1, 2}, 0},
-                                           std::pair{Layout{2, 2, 2, 2}, 0}, std::pair{Layout{4, 1, 2, 1}, 3},
-                                           std::pair{Layout{1, 3, 1, 2}, 4}, std::pair{Layout{3, 1, 2, 2}, 8},
-                                           std::pair{Layout{2, 2, 1, 3}, 12}));
+                         ::testing::Values(GridCase{Layout{1, 1, 1, 1}, 0}, GridCase{Layout{2, 1, 1, 2}, 0},
+                                           GridCase{Layout{2, 2, 2, 2}, 0}, GridCase{Layout{4, 1, 2, 1}, 3},
+                                           GridCase{Layout{1, 3, 1, 2}, 4}, GridCase{Layout{3, 1, 2, 2}, 8},
+                                           GridCase{Layout{2, 2, 1, 3}, 12}));
 
 TEST(Grid, TpGroupsAreConsecutiveRanks) {
   const RankGrid grid({4, 1, 1, 2}, 8);

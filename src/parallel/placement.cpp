@@ -1,5 +1,8 @@
 #include "parallel/placement.hpp"
 
+#include <algorithm>
+#include <utility>
+
 namespace hetpar {
 namespace {
 

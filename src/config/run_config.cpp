@@ -1,0 +1,285 @@
+#include "config/run_config.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <limits>
+#include <sstream>
+
+#include "config/run_schema.hpp"
+#include "config/toml_document.hpp"
+
+namespace hetpar {
+namespace {
+
+std::string num(int64_t value) { return std::to_string(value); }
+
+// The file to name for a problem involving KEYS: where the first of them that
+// was written came from; the run file when all are defaults.
+std::string file_of(const TomlDocument& doc, const std::vector<std::string_view>& keys) {
+  for (std::string_view key : keys) {
+    if (const toml::node* node = doc.find(key)) return doc.origin(node);
+  }
+  return doc.file();
+}
+
+// ---- unknown keys ---------------------------------------------------------------
+
+bool is_key(const std::string& path) {
+  const auto& schema = run_schema();
+  return std::any_of(schema.begin(), schema.end(),
+                     [&](const SchemaKey& s) { return s.key == path; });
+}
+
+bool is_section(const std::string& path) {
+  const auto& schema = run_schema();
+  return std::any_of(schema.begin(), schema.end(),
+                     [&](const SchemaKey& s) { return s.key.rfind(path + ".", 0) == 0; });
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t substituted = diagonal + (a[i - 1] == b[j - 1] ? 0 : 1);
+      diagonal = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, substituted});
+    }
+  }
+  return row[b.size()];
+}
+
+std::string unknown_key_reason(const std::string& path) {
+  auto suggest = [](const std::string& key) {
+    return "unknown key (did you mean \"" + key + "\"?)";
+  };
+  // The right name in the wrong section is the likeliest slip.
+  const std::string last_part = path.substr(path.rfind('.') + 1);
+  for (const SchemaKey& spec : run_schema()) {
+    if (spec.name() == last_part) return suggest(spec.key);
+  }
+  std::string best;
+  size_t best_distance = std::numeric_limits<size_t>::max();
+  for (const SchemaKey& spec : run_schema()) {
+    for (const std::string& candidate : {spec.key, spec.section()}) {
+      const size_t d = edit_distance(path, candidate);
+      if (d < best_distance) best = candidate, best_distance = d;
+    }
+  }
+  // Small edits only: a far-off suggestion misleads more than none.
+  if (best_distance <= std::max<size_t>(2, best.size() / 4)) return suggest(best);
+  return "unknown key (see hetpar train --help for the keys of a run file)";
+}
+
+void check_table(const toml::table& table, const std::string& prefix, const TomlDocument& doc) {
+  for (auto&& [key, node] : table) {
+    const std::string part(key.str());
+    // A quoted part holding '.' would alias a real key without being read:
+    // show it quoted, so it is unknown and the suggestion shows the fix.
+    const bool plain = part.find('.') == std::string::npos;
+    const std::string shown = plain ? part : "\"" + part + "\"";
+    const std::string path = prefix.empty() ? shown : prefix + "." + shown;
+    if (plain && is_key(path)) continue;  // its type is checked when read
+    if (!plain || !is_section(path))
+      throw ConfigError(doc.origin(&node), path, unknown_key_reason(path));
+    if (!node.is_table()) {
+      throw ConfigError(doc.origin(&node), path,
+                        "is a section: expected a table, got " + describe_node(node));
+    }
+    check_table(*node.as_table(), path, doc);
+  }
+}
+
+// ---- consistency across keys ----------------------------------------------------
+
+// KEY's value must be a multiple of a divisor built from other keys.
+struct MultipleRule {
+  std::string key;
+  int64_t value;
+  std::string divisor_text;  // "encoder.patch_size = 8": names the other key(s)
+  int64_t divisor;
+  std::vector<std::string_view> divisor_keys;  // for naming the file when KEY was not written
+};
+
+MultipleRule multiple_of_key(std::string key, int64_t value, std::string_view other,
+                             int64_t divisor) {
+  return {std::move(key), value, std::string(other) + " = " + num(divisor), divisor, {other}};
+}
+
+// In the order a reader would fix them: model shapes, then how layouts cut them.
+std::vector<MultipleRule> multiple_rules(const RunConfig& c) {
+  const Layout& enc = c.placement.encoder;  // resolved: under uniform, the llm's
+  const Layout& llm = c.layout.llm;
+  const bool uniform = c.layout.placement == Placement::Uniform;
+  // Under uniform placement the encoder's tp is the llm's: name the key the user wrote.
+  const std::string_view enc_tp_key = uniform ? "layout.llm.tp" : "layout.encoder.tp";
+  auto multiple_of_encoder_tp = [&](std::string key, int64_t value) {
+    MultipleRule rule = multiple_of_key(std::move(key), value, enc_tp_key, enc.tp);
+    if (uniform) rule.divisor_text += " (the encoder's tp under uniform placement)";
+    return rule;
+  };
+  std::vector<MultipleRule> rules = {
+      multiple_of_key("encoder.image_size", c.encoder.image_size, "encoder.patch_size",
+                      c.encoder.patch_size),
+      multiple_of_key("encoder.hidden", c.encoder.hidden, "encoder.heads", c.encoder.heads),
+      multiple_of_key("llm.hidden", c.llm.hidden, "llm.heads", c.llm.heads),
+      multiple_of_key("llm.heads", c.llm.heads, "llm.kv_heads", c.llm.kv_heads),
+      multiple_of_encoder_tp("encoder.heads", c.encoder.heads),
+      multiple_of_encoder_tp("encoder.mlp_hidden", c.encoder.mlp_hidden),
+      multiple_of_key("llm.heads", c.llm.heads, "layout.llm.tp", llm.tp),
+      multiple_of_key("llm.kv_heads", c.llm.kv_heads, "layout.llm.tp", llm.tp),
+      multiple_of_key("llm.vocab_size", c.llm.vocab_size, "layout.llm.tp", llm.tp),
+      multiple_of_key("llm.ffn_hidden", c.llm.ffn_hidden, "layout.llm.tp", llm.tp),
+  };
+  // Context parallelism gives each cp rank two sequence chunks, one from each
+  // end, so causal attention costs every rank the same.
+  if (llm.cp > 1) {
+    const int64_t chunks = 2 * llm.cp;
+    rules.push_back({"llm.seq_len",
+                     c.llm.seq_len,
+                     "2 * layout.llm.cp = " + num(chunks),
+                     chunks,
+                     {"layout.llm.cp"}});
+  }
+  // Saturating: absurd sizes must fail the check, not wrap around.
+  const int64_t micro = c.data.micro_batch_size;
+  const int64_t per_step = micro > std::numeric_limits<int64_t>::max() / llm.dp
+                               ? std::numeric_limits<int64_t>::max()
+                               : micro * llm.dp;
+  rules.push_back({"data.global_batch_size",
+                   c.data.global_batch_size,
+                   "data.micro_batch_size * layout.llm.dp = " + num(micro) + " * " + num(llm.dp) +
+                       " = " + num(per_step),
+                   per_step,
+                   {"data.micro_batch_size", "layout.llm.dp"}});
+  return rules;
+}
+
+void check_consistency(const TomlDocument& doc, const RunConfig& c) {
+  if (c.data.images_max < c.data.images_min) {
+    throw ConfigError(file_of(doc, {"data.images_max", "data.images_min"}), "data.images_max",
+                      "must be >= data.images_min = " + num(c.data.images_min) + ", got " +
+                          num(c.data.images_max));
+  }
+  for (const MultipleRule& rule : multiple_rules(c)) {
+    if (rule.value % rule.divisor != 0) {
+      std::vector<std::string_view> keys{rule.key};
+      keys.insert(keys.end(), rule.divisor_keys.begin(), rule.divisor_keys.end());
+      throw ConfigError(file_of(doc, keys), rule.key,
+                        "must be a multiple of " + rule.divisor_text + ", got " + num(rule.value));
+    }
+  }
+}
+
+std::string placement_text(const ModulePlacement& p) {
+  return to_string(p.placement) + " placement: encoder " + p.encoder.to_string() + " on ranks [" +
+         num(p.encoder_ranks.offset) + ", " + num(p.encoder_ranks.end()) + "), llm " +
+         p.llm.to_string() + " on ranks [" + num(p.llm_ranks.offset) + ", " +
+         num(p.llm_ranks.end()) + ")";
+}
+
+// "\n[layout.llm]\n" when SPEC is the first key of its section, else "".
+std::string header_if_new_section(const SchemaKey& spec, std::string& current_section) {
+  if (spec.section() == current_section) return "";
+  current_section = spec.section();
+  return "\n[" + current_section + "]\n";
+}
+
+constexpr size_t kHelpWidth = 100;
+
+// WORDS starting at COLUMN, wrapped at kHelpWidth; later lines start at INDENT.
+std::string wrapped(const std::string& words, size_t column, size_t indent) {
+  std::string out;
+  size_t at = column;
+  std::istringstream in(words);
+  for (std::string word; in >> word;) {
+    if (!out.empty() && at + 1 + word.size() > kHelpWidth) {
+      out += "\n" + std::string(indent, ' ');
+      at = indent;
+    } else if (!out.empty()) {
+      out += ' ';
+      ++at;
+    }
+    out += word;
+    at += word.size();
+  }
+  return out;
+}
+
+}  // namespace
+
+RunConfig load_run_config(const std::string& file, const std::vector<std::string>& overrides) {
+  TomlDocument doc = TomlDocument::load(file);
+  for (const std::string& assignment : overrides) doc.apply_override(assignment);
+  check_table(doc.root(), "", doc);  // unknown keys first: a typo explains later errors
+
+  RunConfig config;
+  config.source_file = file;
+  read_schema_values(doc, config);
+  if (config.run.name.empty()) config.run.name = std::filesystem::path(file).stem().string();
+
+  try {
+    config.placement =
+        resolve_placement(config.layout.placement, config.layout.encoder, config.layout.llm);
+  } catch (const PlacementError& e) {
+    throw ConfigError(file_of(doc, {"layout.placement", "layout.encoder", "layout.llm"}), "layout",
+                      e.what());
+  }
+  check_consistency(doc, config);
+  return config;
+}
+
+void check_world_size(const RunConfig& config, int launched_world_size) {
+  if (launched_world_size != config.placement.world_size) {
+    throw ConfigError(config.source_file, "layout",
+                      "needs " + num(config.placement.world_size) + " ranks (" +
+                          placement_text(config.placement) + ") but " + num(launched_world_size) +
+                          " were launched");
+  }
+}
+
+std::string describe_run_file() {
+  size_t setting_width = 0;
+  for (const SchemaKey& spec : run_schema()) {
+    setting_width = std::max(setting_width, spec.name().size() + 3 + spec.default_text.size());
+  }
+  const size_t column = 2 + setting_width + 2;
+  std::string text =
+      "A run file is TOML. Every key is optional; a missing key takes the default shown as\n"
+      "`key = default`, followed by the key's type, allowed values and meaning.\n";
+  std::string section;
+  for (const SchemaKey& spec : run_schema()) {
+    text += header_if_new_section(spec, section);
+    std::string setting = spec.name() + " = " + spec.default_text;
+    setting.resize(setting_width, ' ');
+    const std::string type =
+        kind_name(spec.kind) + (spec.allowed.text.empty() ? "" : " " + spec.allowed.text);
+    text += "  " + setting + "  " + wrapped(type + ": " + spec.meaning, column, column) + "\n";
+  }
+  text +=
+      "\ninclude = [\"base.toml\", ...]  (top level) merges those files first, paths relative to\n"
+      "  the including file; included files may include others. Tables merge key by key;\n"
+      "  the including file wins, and a later include wins over an earlier one.\n"
+      "--set dotted.key=value  (repeatable) applies after all files, e.g. --set layout.llm.tp=2.\n"
+      "  The value is TOML (2, true, 1.5, \"s\", [1, 2]); a bare word that is not a TOML\n"
+      "  value is taken as a string: --set layout.placement=colocated.\n"
+      "Besides each key's own range, the file must be consistent: heads divide hidden sizes,\n"
+      "tp divides heads, kv_heads, vocab and hidden sizes, 2 * cp divides llm.seq_len,\n"
+      "micro_batch_size * llm dp divides global_batch_size, and the layouts fit the placement.\n";
+  return text;
+}
+
+std::string to_toml(const RunConfig& config) {
+  std::string text = "# resolved run config; " + placement_text(config.placement) +
+                     "; world size " + num(config.placement.world_size) + "\n";
+  std::string section;
+  for (const SchemaKey& spec : run_schema()) {
+    text += header_if_new_section(spec, section);
+    text += spec.name() + " = " + toml_literal(spec.get(config)) + "\n";
+  }
+  return text;
+}
+
+}  // namespace hetpar

@@ -1,0 +1,282 @@
+#include "config/run_schema.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <type_traits>
+#include <utility>
+
+namespace hetpar {
+namespace {
+
+// ---- constraints --------------------------------------------------------------
+
+Constraint any_value() {
+  return {"", [](const SchemaValue&) { return std::string(); }};
+}
+
+Constraint at_least(int64_t min) {
+  return {">= " + std::to_string(min), [min](const SchemaValue& value) {
+            const int64_t got = std::get<int64_t>(value);
+            return got >= min
+                       ? std::string()
+                       : "must be >= " + std::to_string(min) + ", got " + std::to_string(got);
+          }};
+}
+
+Constraint positive_finite() {
+  return {"> 0", [](const SchemaValue& value) {
+            const double got = std::get<double>(value);
+            return std::isfinite(got) && got > 0
+                       ? std::string()
+                       : "must be a finite number > 0, got " + toml_literal(value);
+          }};
+}
+
+Constraint non_empty() {
+  return {"!= \"\"", [](const SchemaValue& value) {
+            return std::get<std::string>(value).empty() ? "must not be empty" : std::string();
+          }};
+}
+
+Constraint one_of(std::vector<std::string> choices) {
+  std::string listed;
+  for (const std::string& choice : choices) listed += (listed.empty() ? "" : ", ") + choice;
+  return {"in {" + listed + "}", [choices, listed](const SchemaValue& value) {
+            const bool ok = std::find(choices.begin(), choices.end(),
+                                      std::get<std::string>(value)) != choices.end();
+            return ok ? std::string() : "must be one of " + listed + ", got " + toml_literal(value);
+          }};
+}
+
+Constraint placement_names() {
+  std::vector<std::string> names;
+  for (Placement p : {Placement::Colocated, Placement::NonColocated, Placement::Uniform}) {
+    names.push_back(to_string(p));
+  }
+  return one_of(std::move(names));
+}
+
+// ---- binding a dotted key to a RunConfig field ----------------------------------
+
+// Schema values are int64/double/bool/string; fields may be narrower (int) or
+// an enum spelled as a string (Placement).
+template <typename Field>
+constexpr ValueKind kind_of() {
+  if constexpr (std::is_same_v<Field, bool>) {
+    return ValueKind::Boolean;
+  } else if constexpr (std::is_integral_v<Field>) {
+    return ValueKind::Integer;
+  } else if constexpr (std::is_floating_point_v<Field>) {
+    return ValueKind::Float;
+  } else {
+    return ValueKind::String;
+  }
+}
+
+template <typename Field>
+SchemaValue to_schema_value(const Field& field) {
+  if constexpr (std::is_same_v<Field, Placement>) {
+    return to_string(field);
+  } else if constexpr (kind_of<Field>() == ValueKind::Integer) {
+    return static_cast<int64_t>(field);
+  } else {
+    return field;
+  }
+}
+
+template <typename Field>
+void from_schema_value(const SchemaValue& value, Field& field) {
+  if constexpr (std::is_same_v<Field, Placement>) {
+    parse_placement(std::get<std::string>(value), field);  // the value passed one_of already
+  } else if constexpr (kind_of<Field>() == ValueKind::Integer) {
+    field = static_cast<Field>(std::get<int64_t>(value));  // range-checked against max_integer
+  } else {
+    field = std::get<Field>(value);
+  }
+}
+
+// The member reached from OBJECT through the member pointers PATH.
+template <auto First, auto... Rest, typename Object>
+auto& field_at(Object& object) {
+  if constexpr (sizeof...(Rest) == 0) {
+    return object.*First;
+  } else {
+    return field_at<Rest...>(object.*First);
+  }
+}
+
+// The keys of one section, e.g. Section<&RunConfig::llm>{"llm"}; deeper
+// sections name each member on the way: Section<&RunConfig::layout, &LayoutConfig::llm>.
+template <auto... SectionPath>
+struct Section {
+  std::string name;
+
+  // The default is read from a default-constructed RunConfig, so the structs'
+  // initialisers stay the one place defaults are written.
+  template <auto Member>
+  SchemaKey key(const std::string& key_name, Constraint allowed, std::string meaning,
+                std::string default_words = "") const {
+    using Field =
+        std::remove_cvref_t<decltype(field_at<SectionPath..., Member>(std::declval<RunConfig&>()))>;
+    SchemaKey spec{
+        name + "." + key_name,
+        kind_of<Field>(),
+        0,
+        std::move(allowed),
+        std::move(meaning),
+        std::move(default_words),
+        [](const RunConfig& c) { return to_schema_value(field_at<SectionPath..., Member>(c)); },
+        [](RunConfig& c, const SchemaValue& v) {
+          from_schema_value(v, field_at<SectionPath..., Member>(c));
+        }};
+    if constexpr (kind_of<Field>() == ValueKind::Integer) {
+      spec.max_integer = static_cast<int64_t>(std::numeric_limits<Field>::max());
+    }
+    if (spec.default_text.empty()) spec.default_text = toml_literal(spec.get(RunConfig{}));
+    return spec;
+  }
+};
+
+template <Layout LayoutConfig::*Module>
+std::vector<SchemaKey> layout_keys(const std::string& module) {
+  const Section<&RunConfig::layout, Module> layout{"layout." + module};
+  return {
+      layout.template key<&Layout::tp>("tp", at_least(1), module + " tensor-parallel ways"),
+      layout.template key<&Layout::cp>("cp", at_least(1), module + " context-parallel ways"),
+      layout.template key<&Layout::pp>("pp", at_least(1), module + " pipeline stages"),
+      layout.template key<&Layout::dp>("dp", at_least(1), module + " data-parallel ways"),
+  };
+}
+
+std::vector<SchemaKey> build_schema() {
+  const Section<&RunConfig::run> run{"run"};
+  const Section<&RunConfig::encoder> encoder{"encoder"};
+  const Section<&RunConfig::llm> llm{"llm"};
+  const Section<&RunConfig::data> data{"data"};
+  const Section<&RunConfig::layout> layout{"layout"};
+  const Section<&RunConfig::runtime> runtime{"runtime"};
+  using Enc = EncoderConfig;
+  // One row per key reads as a table.
+  // clang-format off
+  std::vector<SchemaKey> keys = {
+      run.key<&RunSection::name>("name", non_empty(), "label of the run in logs and results", "(run file stem)"),
+      run.key<&RunSection::seed>("seed", at_least(0), "seed for weights and synthetic data"),
+      run.key<&RunSection::steps>("steps", at_least(1), "optimizer steps to run"),
+      encoder.key<&Enc::image_size>("image_size", at_least(1), "side of the square input image, pixels"),
+      encoder.key<&Enc::patch_size>("patch_size", at_least(1), "side of a square patch, pixels"),
+      encoder.key<&Enc::channels>("channels", at_least(1), "colour channels per pixel"),
+      encoder.key<&Enc::hidden>("hidden", at_least(1), "hidden size"),
+      encoder.key<&Enc::layers>("layers", at_least(1), "transformer layers"),
+      encoder.key<&Enc::heads>("heads", at_least(1), "attention heads"),
+      encoder.key<&Enc::mlp_hidden>("mlp_hidden", at_least(1), "hidden size of the MLP block"),
+      encoder.key<&Enc::frozen>("frozen", any_value(), "when true, no gradients or optimizer state"),
+      llm.key<&LlmConfig::vocab_size>("vocab_size", at_least(1), "vocabulary size"),
+      llm.key<&LlmConfig::hidden>("hidden", at_least(1), "hidden size"),
+      llm.key<&LlmConfig::layers>("layers", at_least(1), "transformer layers"),
+      llm.key<&LlmConfig::heads>("heads", at_least(1), "attention (query) heads"),
+      llm.key<&LlmConfig::kv_heads>("kv_heads", at_least(1), "key/value heads (grouped-query attention)"),
+      llm.key<&LlmConfig::ffn_hidden>("ffn_hidden", at_least(1), "hidden size of the feed-forward block"),
+      llm.key<&LlmConfig::seq_len>("seq_len", at_least(1), "tokens per sample, image tokens included"),
+      data.key<&DataConfig::global_batch_size>("global_batch_size", at_least(1), "samples per optimizer step, whole job"),
+      data.key<&DataConfig::micro_batch_size>("micro_batch_size", at_least(1), "samples per micro-batch on one llm dp rank"),
+      data.key<&DataConfig::images_min>("images_min", at_least(0), "fewest images per sample"),
+      data.key<&DataConfig::images_max>("images_max", at_least(0), "most images per sample (uniform in [min, max])"),
+      layout.key<&LayoutConfig::placement>("placement", placement_names(),
+          "colocated = both modules on the same ranks; non-colocated = encoder ranks, then llm ranks; "
+          "uniform = the encoder takes the llm's layout and ranks"),
+  };
+  for (const auto& module_keys : {layout_keys<&LayoutConfig::encoder>("encoder"), layout_keys<&LayoutConfig::llm>("llm")}) {
+    keys.insert(keys.end(), module_keys.begin(), module_keys.end());
+  }
+  keys.insert(keys.end(), {
+      runtime.key<&RuntimeConfig::backend>("backend", one_of({"auto", "gloo", "nccl"}), "process-group backend; auto: nccl with a GPU, else gloo"),
+      runtime.key<&RuntimeConfig::timeout_s>("timeout_s", positive_finite(), "seconds a collective or the rendezvous may take"),
+      runtime.key<&RuntimeConfig::intra_op_threads>("intra_op_threads", at_least(1), "torch intra-op threads per rank"),
+  });
+  // clang-format on
+  return keys;
+}
+
+// ---- reading ------------------------------------------------------------------
+
+// NODE as a value of KIND; integers are accepted where floats are expected.
+std::optional<SchemaValue> as_kind(const toml::node& node, ValueKind kind) {
+  switch (kind) {
+    case ValueKind::Integer:
+      if (const auto* v = node.as_integer()) return v->get();
+      break;
+    case ValueKind::Float:
+      if (const auto* v = node.as_floating_point()) return v->get();
+      if (const auto* v = node.as_integer()) return static_cast<double>(v->get());
+      break;
+    case ValueKind::Boolean:
+      if (const auto* v = node.as_boolean()) return v->get();
+      break;
+    case ValueKind::String:
+      if (const auto* v = node.as_string()) return v->get();
+      break;
+  }
+  return std::nullopt;
+}
+
+std::string with_article(const std::string& noun) {
+  return (std::string("aeiou").find(noun.front()) == std::string::npos ? "a " : "an ") + noun;
+}
+
+std::string range_violation(const SchemaKey& spec, const SchemaValue& value) {
+  if (spec.kind == ValueKind::Integer && std::get<int64_t>(value) > spec.max_integer) {
+    return "must be <= " + std::to_string(spec.max_integer) + ", got " + toml_literal(value);
+  }
+  return spec.allowed.violation(value);
+}
+
+}  // namespace
+
+std::string SchemaKey::section() const { return key.substr(0, key.rfind('.')); }
+std::string SchemaKey::name() const { return key.substr(key.rfind('.') + 1); }
+
+const std::vector<SchemaKey>& run_schema() {
+  static const std::vector<SchemaKey> schema = build_schema();
+  return schema;
+}
+
+void read_schema_values(const TomlDocument& doc, RunConfig& config) {
+  for (const SchemaKey& spec : run_schema()) {
+    const toml::node* node = doc.find(spec.key);
+    if (node == nullptr) continue;
+    const std::optional<SchemaValue> value = as_kind(*node, spec.kind);
+    if (!value) {
+      throw ConfigError(
+          doc.origin(node), spec.key,
+          "expected " + with_article(kind_name(spec.kind)) + ", got " + describe_node(*node));
+    }
+    if (const std::string why = range_violation(spec, *value); !why.empty()) {
+      throw ConfigError(doc.origin(node), spec.key, why);
+    }
+    spec.set(config, *value);
+  }
+}
+
+std::string kind_name(ValueKind kind) {
+  static const char* const names[] = {"integer", "float", "boolean", "string"};  // enum order
+  return names[static_cast<int>(kind)];
+}
+
+std::string toml_literal(const SchemaValue& value) {
+  if (const auto* text = std::get_if<std::string>(&value)) return toml_quoted(*text);
+  if (const auto* number = std::get_if<double>(&value)) {
+    char buffer[64];
+    const auto end = std::to_chars(buffer, buffer + sizeof buffer, *number).ptr;  // shortest exact
+    std::string text(buffer, end);
+    // TOML floats need a '.' or an exponent; "inf"/"nan" are already TOML.
+    if (text.find_first_of(".ein") == std::string::npos) text += ".0";
+    return text;
+  }
+  if (const auto* flag = std::get_if<bool>(&value)) return *flag ? "true" : "false";
+  return std::to_string(std::get<int64_t>(value));
+}
+
+}  // namespace hetpar

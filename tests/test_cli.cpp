@@ -1,0 +1,116 @@
+// The real `hetpar` binary from the outside: help, bad input (exit 2, nothing
+// started), and the launch routes other than the local launcher: torchrun's
+// agent store and Slurm's variables with rank 0 hosting the store.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "tests/dist_harness.hpp"
+
+namespace hetpar::test {
+namespace {
+
+const std::string kHetpar = HETPAR_BINARY;
+const std::string kQuickstart = HETPAR_SOURCE_DIR "/workloads/runs/quickstart.toml";
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+int free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+TEST(Cli, TrainHelpDocumentsTheRunFile) {
+  const auto [code, out] = run_command(kHetpar + " train --help");
+  EXPECT_EQ(code, 0) << out;
+  for (const char* part : {"THE RUN FILE", "[layout.encoder]", "placement", "include", "--set", "--nproc"}) {
+    EXPECT_TRUE(contains(out, part)) << part << " missing from:\n" << out;
+  }
+}
+
+TEST(Cli, UnknownSubcommandOrOptionIsAUsageError) {
+  EXPECT_EQ(run_command(kHetpar + " fly").first, 2);
+  EXPECT_EQ(run_command(kHetpar + " train " + kQuickstart + " --bogus").first, 2);
+  EXPECT_EQ(run_command(kHetpar + " train " + kQuickstart + " --nproc 0").first, 2);
+}
+
+// A config error is reported once, with file and key, before any rank starts.
+TEST(Cli, BadConfigExitsTwoBeforeLaunching) {
+  const auto [code, out] = run_command(kHetpar + " train " + kQuickstart + " --set layout.llm.tp=3 --set layout.encoder.dp=3");
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_TRUE(contains(out, "layout.llm.tp = 3")) << out;
+  EXPECT_TRUE(contains(out, "tiny.toml: llm.heads")) << out;
+  EXPECT_FALSE(contains(out, "launching")) << out;
+  EXPECT_FALSE(contains(out, "[rank")) << out;
+}
+
+TEST(Cli, MissingRunFileExitsTwo) {
+  const auto [code, out] = run_command(kHetpar + " train /nonexistent/run.toml");
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_TRUE(contains(out, "/nonexistent/run.toml")) << out;
+}
+
+TEST(Cli, WrongRankCountExitsTwo) {
+  const auto [code, out] = run_command(kHetpar + " train " + kQuickstart + " --nproc 3");
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_TRUE(contains(out, "needs 2 ranks")) << out;
+  EXPECT_TRUE(contains(out, "3 were launched")) << out;
+}
+
+TEST(Cli, BadLaunchEnvironmentExitsTwo) {
+  const auto [code, out] = run_command("RANK=5 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=1 " + kHetpar +
+                                       " train " + kQuickstart);
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_TRUE(contains(out, "rank 5 is not below world size 2")) << out;
+}
+
+TEST(Cli, LocalRunWritesResults) {
+  const std::string dir = ::testing::TempDir() + "/cli_local";
+  std::filesystem::remove_all(dir);
+  const auto [code, out] = run_command(kHetpar + " train " + kQuickstart + " --set run.steps=3 --out " + dir);
+  ASSERT_EQ(code, 0) << out;
+  std::ifstream steps(dir + "/steps.jsonl");
+  int lines = 0;
+  for (std::string line; std::getline(steps, line);) ++lines;
+  EXPECT_EQ(lines, 3);
+  EXPECT_TRUE(std::filesystem::exists(dir + "/summary.json"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/config.toml"));
+}
+
+// Slurm: ranks from SLURM_PROCID/SLURM_NTASKS; rank 0 hosts the store.
+TEST(Cli, SlurmVariablesWithRankZeroHostingTheStore) {
+  const std::string dir = ::testing::TempDir() + "/cli_slurm";
+  const std::string common = "SLURM_NTASKS=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(free_port()) +
+                             " " + kHetpar + " train " + kQuickstart + " --set run.steps=2 --out " + dir;
+  const auto [code, out] = run_command("(SLURM_PROCID=1 SLURM_LOCALID=1 " + common + " & SLURM_PROCID=0 " + common +
+                                       "; s0=$?; wait $!; s1=$?; exit $((s0 + s1)))");
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_TRUE(contains(out, "launched by slurm")) << out;
+  EXPECT_TRUE(contains(out, "done: 2 steps")) << out;
+}
+
+// torchrun from the pinned wheel's venv, with its agent store.
+TEST(Cli, TorchrunNoPython) {
+  const std::string torchrun = std::string(HETPAR_TORCHRUN);
+  ASSERT_TRUE(std::filesystem::exists(torchrun)) << "the torch venv has no " << torchrun;
+  const std::string dir = ::testing::TempDir() + "/cli_torchrun";
+  const auto [code, out] = run_command(torchrun + " --nproc-per-node 2 --master-port " + std::to_string(free_port()) +
+                                       " --no-python " + kHetpar + " train " + kQuickstart +
+                                       " --set run.steps=2 --out " + dir);
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_TRUE(contains(out, "launched by torchrun")) << out;
+  EXPECT_TRUE(contains(out, "done: 2 steps")) << out;
+}
+
+}  // namespace
+}  // namespace hetpar::test
