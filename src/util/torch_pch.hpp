@@ -3,6 +3,8 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <torch/autograd.h>
+#include <torch/nn/module.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>

@@ -1,0 +1,43 @@
+#include "tp/parallel_linear.hpp"
+
+#include <ATen/ATen.h>
+
+#include "model/param_init.hpp"
+#include "tp/tp_comm_ops.hpp"
+
+namespace hetpar {
+
+at::Tensor full_linear_weight(const LinearSpec& s) {
+  return init_normal(s.seed, s.name + ".weight", {s.out, s.in}, s.init_std);
+}
+
+// Biases start at zero in most recipes; a small random start makes the tests
+// see a wrongly sharded or doubly added bias.
+at::Tensor full_linear_bias(const LinearSpec& s) {
+  return init_normal(s.seed, s.name + ".bias", {s.out}, s.init_std);
+}
+
+ColumnParallelLinear::ColumnParallelLinear(const LinearSpec& spec, Group& tp, bool gather_output)
+    : tp_(tp), gather_output_(gather_output) {
+  weight = register_parameter("weight", shard(full_linear_weight(spec), 0, tp.rank(), tp.size()));
+  if (spec.bias) bias = register_parameter("bias", shard(full_linear_bias(spec), 0, tp.rank(), tp.size()));
+}
+
+at::Tensor ColumnParallelLinear::forward(const at::Tensor& x) {
+  at::Tensor y = at::linear(identity_fwd_allreduce_bwd(x, tp_), weight, bias);
+  return gather_output_ ? allgather_fwd_split_bwd(y, tp_) : y;
+}
+
+RowParallelLinear::RowParallelLinear(const LinearSpec& spec, Group& tp, bool input_is_sharded)
+    : tp_(tp), input_is_sharded_(input_is_sharded) {
+  weight = register_parameter("weight", shard(full_linear_weight(spec), 1, tp.rank(), tp.size()));
+  if (spec.bias) bias = register_parameter("bias", full_linear_bias(spec));
+}
+
+at::Tensor RowParallelLinear::forward(const at::Tensor& x) {
+  at::Tensor local = input_is_sharded_ ? x : split_fwd_allgather_bwd(x, tp_);
+  at::Tensor y = allreduce_fwd_identity_bwd(at::matmul(local, weight.t()), tp_);
+  return bias.defined() ? y + bias : y;
+}
+
+}  // namespace hetpar

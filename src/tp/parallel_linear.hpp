@@ -1,0 +1,56 @@
+// Megatron-style tensor-parallel linear layers. Weights are [out, in] like
+// torch's Linear; each rank holds a shard of the full, layout-independent
+// initial weight (model/param_init.hpp).
+//
+//   ColumnParallelLinear: weight rows (outputs) sharded; input replicated,
+//                         output sharded on the last dim (or gathered).
+//   RowParallelLinear:    weight columns (inputs) sharded; input sharded on
+//                         the last dim, output summed over the TP group.
+#pragma once
+
+#include <torch/nn/module.h>
+
+#include <string>
+
+#include "dist/group.hpp"
+
+namespace hetpar {
+
+// Where a layer's initial weights come from: the full value of the parameter
+// called `name`, then this rank's shard.
+struct LinearSpec {
+  std::string name;   // e.g. "llm.layers.0.mlp.up_proj"; parameters are name.weight/.bias
+  int64_t in = 0;
+  int64_t out = 0;
+  bool bias = true;
+  uint64_t seed = 0;
+  double init_std = 0.02;
+};
+
+class ColumnParallelLinear : public torch::nn::Module {
+ public:
+  ColumnParallelLinear(const LinearSpec& spec, Group& tp, bool gather_output = false);
+  at::Tensor forward(const at::Tensor& x);
+  at::Tensor weight, bias;  // [out/tp, in], [out/tp]
+
+ private:
+  Group& tp_;
+  bool gather_output_;
+};
+
+class RowParallelLinear : public torch::nn::Module {
+ public:
+  RowParallelLinear(const LinearSpec& spec, Group& tp, bool input_is_sharded = true);
+  at::Tensor forward(const at::Tensor& x);
+  at::Tensor weight, bias;  // [out, in/tp], [out] (added once, after the sum)
+
+ private:
+  Group& tp_;
+  bool input_is_sharded_;
+};
+
+// The full initial weight and bias of a layer, as every layout derives them.
+at::Tensor full_linear_weight(const LinearSpec& spec);
+at::Tensor full_linear_bias(const LinearSpec& spec);
+
+}  // namespace hetpar

@@ -1,0 +1,71 @@
+#include "tp/vocab_parallel.hpp"
+
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
+
+#include "model/param_init.hpp"
+#include "tp/tp_comm_ops.hpp"
+
+namespace hetpar {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::tensor_list;
+
+// Forward: softmax statistics reduced over the TP group (max, sum of exp, the
+// target's logit, each found on exactly one rank). Backward: softmax - onehot
+// on the local shard, no communication.
+struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossEntropy> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& logits, const at::Tensor& targets, Group* tp) {
+    const int64_t local_vocab = logits.size(1);
+    const int64_t first = tp->rank() * local_vocab;
+    at::Tensor max = std::get<0>(logits.max(1));
+    tp->all_reduce(max, ReduceOp::kMax);
+    at::Tensor shifted = logits - max.unsqueeze(1);
+    at::Tensor exp = shifted.exp();
+    at::Tensor sum_exp = exp.sum(1);
+    tp->all_reduce(sum_exp);
+
+    const at::Tensor valid = targets >= 0;
+    const at::Tensor mine = valid & (targets >= first) & (targets < first + local_vocab);
+    const at::Tensor local_index = at::where(mine, targets - first, at::zeros_like(targets));
+    at::Tensor target_logit = shifted.gather(1, local_index.unsqueeze(1)).squeeze(1) * mine;
+    tp->all_reduce(target_logit);
+
+    at::Tensor loss = (sum_exp.log() - target_logit) * valid;
+    at::Tensor softmax = exp / sum_exp.unsqueeze(1);
+    ctx->save_for_backward({softmax, local_index, mine, valid});
+    return loss;
+  }
+
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &softmax = saved[0], &local_index = saved[1], &mine = saved[2], &valid = saved[3];
+    at::Tensor grad = softmax.clone();
+    grad.scatter_add_(1, local_index.unsqueeze(1), -mine.to(grad.scalar_type()).unsqueeze(1));
+    grad.mul_((grads[0] * valid).unsqueeze(1));
+    return {grad, at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+VocabParallelEmbedding::VocabParallelEmbedding(const std::string& name, int64_t vocab, int64_t hidden,
+                                               uint64_t seed, double init_std, Group& tp)
+    : tp_(tp), first_(tp.rank() * (vocab / tp.size())), count_(vocab / tp.size()) {
+  weight = register_parameter(
+      "weight", shard(init_normal(seed, name + ".weight", {vocab, hidden}, init_std), 0, tp.rank(), tp.size()));
+}
+
+at::Tensor VocabParallelEmbedding::forward(const at::Tensor& ids) {
+  const at::Tensor mine = (ids >= first_) & (ids < first_ + count_);
+  const at::Tensor local = at::where(mine, ids - first_, at::zeros_like(ids));
+  at::Tensor rows = at::embedding(weight, local) * mine.unsqueeze(-1).to(weight.scalar_type());
+  return allreduce_fwd_identity_bwd(rows, tp_);
+}
+
+at::Tensor vocab_parallel_cross_entropy(const at::Tensor& local_logits, const at::Tensor& targets, Group& tp) {
+  return VocabParallelCrossEntropy::apply(local_logits, targets, &tp);
+}
+
+}  // namespace hetpar
