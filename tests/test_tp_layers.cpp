@@ -4,6 +4,9 @@
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
+#include <cmath>
+
+#include "model/attention.hpp"
 #include "model/param_init.hpp"
 #include "tests/dist_harness.hpp"
 #include "tp/parallel_linear.hpp"
@@ -133,6 +136,77 @@ HETPAR_WORKER(vocab_parallel_cross_entropy) {
   expect_close(local.grad(), shard(full.grad(), 1, tp.rank(), tp.size()), "logit grad");
 }
 
+// Attention written out by hand: per-head kv mapping h -> h / (H / KV), the
+// half-rotation RoPE formula, explicit causal softmax. q/k/v/o from full weights.
+at::Tensor dense_attention(const at::Tensor& x, const AttentionSpec& a, bool rope) {
+  auto w = [&](const char* n, int64_t out) {
+    LinearSpec s = spec(a.name + "." + n, a.hidden, out);
+    s.bias = a.bias;
+    s.seed = a.seed;
+    s.init_std = a.init_std;
+    return s;
+  };
+  const int64_t b = x.size(0), n = x.size(1), d = a.hidden / a.heads, group = a.heads / a.kv_heads;
+  auto bias = [&](const LinearSpec& s) { return a.bias ? full_linear_bias(s) : at::Tensor(); };
+  auto project = [&](const LinearSpec& s) { return at::linear(x, full_linear_weight(s), bias(s)); };
+  at::Tensor q = project(w("q_proj", a.hidden)).view({b, n, a.heads, d});
+  at::Tensor k = project(w("k_proj", a.kv_heads * d)).view({b, n, a.kv_heads, d});
+  at::Tensor v = project(w("v_proj", a.kv_heads * d)).view({b, n, a.kv_heads, d});
+  if (rope) {
+    auto rotate = [&](const at::Tensor& t) {
+      at::Tensor out = t.clone();
+      for (int64_t pos = 0; pos < n; ++pos) {
+        for (int64_t i = 0; i < d / 2; ++i) {
+          const double angle = pos / std::pow(10000.0, 2.0 * i / d), c = std::cos(angle), s = std::sin(angle);
+          at::Tensor x1 = t.select(1, pos).select(-1, i), x2 = t.select(1, pos).select(-1, i + d / 2);
+          out.select(1, pos).select(-1, i).copy_(x1 * c - x2 * s);
+          out.select(1, pos).select(-1, i + d / 2).copy_(x2 * c + x1 * s);
+        }
+      }
+      return out;
+    };
+    q = rotate(q);
+    k = rotate(k);
+  }
+  const at::Tensor kv_of_head = at::div(at::arange(a.heads, at::kLong), group, "floor");
+  k = k.index_select(2, kv_of_head);
+  v = v.index_select(2, kv_of_head);
+  at::Tensor scores = at::einsum("bshd,bthd->bhst", {q, k}) / std::sqrt(static_cast<double>(d));
+  if (a.causal) scores = scores.masked_fill(at::ones({n, n}, at::kBool).triu(1), -INFINITY);
+  at::Tensor o = at::einsum("bhst,bthd->bshd", {scores.softmax(-1), v}).reshape({b, n, a.hidden});
+  const LinearSpec out = w(a.out_name.c_str(), a.hidden);
+  return at::linear(o, full_linear_weight(out), bias(out));
+}
+
+// GQA + RoPE + causal (the LLM's attention) and plain bidirectional with
+// biases (the encoder's), each against the hand-written version.
+HETPAR_WORKER(attention) {
+  Group& tp = rt.world();
+  for (bool llm : {true, false}) {
+    AttentionSpec a;
+    a.name = llm ? "attn_llm" : "attn_vit";
+    a.out_name = llm ? "o_proj" : "out_proj";
+    a.hidden = 32;
+    a.heads = 8;
+    a.kv_heads = llm ? 4 : 8;
+    a.causal = llm;
+    a.bias = !llm;
+    a.seed = 42;
+    a.init_std = 0.2;
+    ParallelAttention attn(a, tp);
+    const at::Tensor x0 = data("x", {2, 6, 32}), r = data("r", {2, 6, 32});
+    at::Tensor x = leaf(x0), xr = leaf(x0);
+    at::Tensor cos, sin;
+    if (llm) std::tie(cos, sin) = rope_tables(6, 4, 10000.0);
+    at::Tensor y = attn.forward(x, cos, sin);
+    (y * r).sum().backward();
+    at::Tensor yr = dense_attention(xr, a, llm);
+    (yr * r).sum().backward();
+    expect_close(y, yr.detach(), a.name + " output");
+    expect_close(x.grad(), xr.grad(), a.name + " input grad");
+  }
+}
+
 class TpLayers : public ::testing::TestWithParam<int> {};
 
 #define TP_LAYER_TEST(name) \
@@ -144,6 +218,7 @@ TP_LAYER_TEST(row_parallel)
 TP_LAYER_TEST(column_row_mlp)
 TP_LAYER_TEST(vocab_parallel_embedding)
 TP_LAYER_TEST(vocab_parallel_cross_entropy)
+TP_LAYER_TEST(attention)
 
 INSTANTIATE_TEST_SUITE_P(Tp, TpLayers, ::testing::Values(1, 2, 4),
                          [](const auto& info) { return "tp" + std::to_string(info.param); });

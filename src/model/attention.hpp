@@ -1,0 +1,44 @@
+// Multi-head attention with heads sharded over the TP group: q/k/v are
+// column-parallel (each rank computes heads/tp query heads and kv_heads/tp
+// key/value heads), the output projection is row-parallel. Grouped-query
+// attention when kv_heads < heads; rotary embeddings for the LLM.
+#pragma once
+
+#include <torch/nn/module.h>
+
+#include <memory>
+#include <string>
+
+#include "tp/parallel_linear.hpp"
+
+namespace hetpar {
+
+struct AttentionSpec {
+  std::string name;       // parameter prefix, e.g. "llm.layers.3.self_attn"
+  std::string out_name;   // name of the output projection ("o_proj", "out_proj")
+  int64_t hidden = 0;
+  int64_t heads = 0;
+  int64_t kv_heads = 0;
+  bool causal = false;
+  bool bias = false;
+  uint64_t seed = 0;
+  double init_std = 0.02;
+};
+
+class ParallelAttention : public torch::nn::Module {
+ public:
+  ParallelAttention(const AttentionSpec& spec, Group& tp);
+  // x: [B, S, hidden]; rope: [S, head_dim] cos and sin, or undefined for none.
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& rope_cos, const at::Tensor& rope_sin);
+
+ private:
+  std::shared_ptr<ColumnParallelLinear> q_, k_, v_;
+  std::shared_ptr<RowParallelLinear> out_;
+  int64_t local_heads_, local_kv_heads_, head_dim_;
+  bool causal_;
+};
+
+// Rotary tables for positions [0, seq): cos and sin, [seq, head_dim].
+std::pair<at::Tensor, at::Tensor> rope_tables(int64_t seq, int64_t head_dim, double theta);
+
+}  // namespace hetpar

@@ -1,0 +1,67 @@
+#include "model/llama.hpp"
+
+#include <ATen/ATen.h>
+
+namespace hetpar {
+namespace {
+
+constexpr double kRmsEps = 1e-5;
+constexpr double kRopeTheta = 10000.0;
+
+}  // namespace
+
+LlamaBlock::LlamaBlock(const LlmConfig& c, const std::string& name, uint64_t seed, Group& tp) {
+  input_norm_ = register_module("input_layernorm", std::make_shared<RMSNorm>(c.hidden, kRmsEps));
+  AttentionSpec a;
+  a.name = name + ".self_attn";
+  a.out_name = "o_proj";
+  a.hidden = c.hidden;
+  a.heads = c.heads;
+  a.kv_heads = c.kv_heads;
+  a.causal = true;
+  a.seed = seed;
+  attn_ = register_module("self_attn", std::make_shared<ParallelAttention>(a, tp));
+  post_attention_norm_ = register_module("post_attention_layernorm", std::make_shared<RMSNorm>(c.hidden, kRmsEps));
+  mlp_ = register_module("mlp", std::make_shared<SwiGluMlp>(MlpSpec{name + ".mlp", c.hidden, c.ffn_hidden, seed, 0.02}, tp));
+}
+
+at::Tensor LlamaBlock::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  const at::Tensor h = x + attn_->forward(input_norm_->forward(x), cos, sin);
+  return h + mlp_->forward(post_attention_norm_->forward(h));
+}
+
+LlamaModel::LlamaModel(const LlmConfig& c, uint64_t seed, Group& tp) : config_(c), tp_(tp) {
+  embed_ = register_module("embed_tokens", std::make_shared<VocabParallelEmbedding>("llm.embed_tokens", c.vocab_size,
+                                                                                   c.hidden, seed, 0.02, tp));
+  auto layers = register_module("layers", std::make_shared<torch::nn::Module>());
+  for (int64_t i = 0; i < c.layers; ++i) {
+    const std::string name = "llm.layers." + std::to_string(i);
+    blocks_.push_back(layers->register_module(std::to_string(i), std::make_shared<LlamaBlock>(c, name, seed, tp)));
+  }
+  norm_ = register_module("norm", std::make_shared<RMSNorm>(c.hidden, kRmsEps));
+  LinearSpec head;
+  head.name = "llm.lm_head";
+  head.in = c.hidden;
+  head.out = c.vocab_size;
+  head.bias = false;
+  head.seed = seed;
+  lm_head_ = register_module("lm_head", std::make_shared<ColumnParallelLinear>(head, tp));
+  std::tie(rope_cos_, rope_sin_) = rope_tables(c.seq_len, c.hidden / c.heads, kRopeTheta);
+}
+
+at::Tensor LlamaModel::forward(const at::Tensor& ids, const at::Tensor& image_rows, const at::Tensor& image_mask) {
+  at::Tensor x = embed_->forward(ids);
+  if (image_rows.defined() && image_rows.size(0) > 0) {
+    x = x.masked_scatter(image_mask.unsqueeze(-1), image_rows);
+  }
+  const int64_t s = ids.size(1);
+  const at::Tensor cos = rope_cos_.narrow(0, 0, s), sin = rope_sin_.narrow(0, 0, s);
+  for (auto& block : blocks_) x = block->forward(x, cos, sin);
+  return lm_head_->forward(norm_->forward(x));
+}
+
+at::Tensor LlamaModel::loss_sum(const at::Tensor& logits, const at::Tensor& targets) {
+  return vocab_parallel_cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}), tp_).sum();
+}
+
+}  // namespace hetpar

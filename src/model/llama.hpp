@@ -1,0 +1,52 @@
+// The LLM, Llama style: vocab-parallel embedding, pre-RMSNorm blocks with
+// RoPE + grouped-query causal attention and a SwiGLU MLP, final RMSNorm and
+// an untied, vocab-parallel LM head. Image embeddings replace the embeddings
+// of placeholder tokens before the first block.
+#pragma once
+
+#include <torch/nn/module.h>
+
+#include <memory>
+#include <vector>
+
+#include "config/run_config.hpp"
+#include "model/attention.hpp"
+#include "model/mlp.hpp"
+#include "model/norms.hpp"
+#include "tp/vocab_parallel.hpp"
+
+namespace hetpar {
+
+class LlamaBlock : public torch::nn::Module {
+ public:
+  LlamaBlock(const LlmConfig& c, const std::string& name, uint64_t seed, Group& tp);
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+
+ private:
+  std::shared_ptr<RMSNorm> input_norm_, post_attention_norm_;
+  std::shared_ptr<ParallelAttention> attn_;
+  std::shared_ptr<SwiGluMlp> mlp_;
+};
+
+class LlamaModel : public torch::nn::Module {
+ public:
+  LlamaModel(const LlmConfig& c, uint64_t seed, Group& tp);
+  // ids [B, S] (int64); image_rows [K, hidden] fill, in row-major order, the
+  // K positions where image_mask [B, S] is true (both undefined: text only).
+  // Returns this rank's vocab shard of the logits, [B, S, vocab/tp].
+  at::Tensor forward(const at::Tensor& ids, const at::Tensor& image_rows, const at::Tensor& image_mask);
+  // Sum over tokens of the cross-entropy of `logits` against `targets` [B, S]
+  // (negative targets are ignored).
+  at::Tensor loss_sum(const at::Tensor& logits, const at::Tensor& targets);
+
+ private:
+  LlmConfig config_;
+  Group& tp_;
+  std::shared_ptr<VocabParallelEmbedding> embed_;
+  std::vector<std::shared_ptr<LlamaBlock>> blocks_;
+  std::shared_ptr<RMSNorm> norm_;
+  std::shared_ptr<ColumnParallelLinear> lm_head_;
+  at::Tensor rope_cos_, rope_sin_;
+};
+
+}  // namespace hetpar

@@ -1,0 +1,34 @@
+#include "model/mlp.hpp"
+
+namespace hetpar {
+namespace {
+
+LinearSpec linear(const MlpSpec& s, const char* name, int64_t in, int64_t out, bool bias) {
+  LinearSpec l;
+  l.name = s.name + "." + name;
+  l.in = in;
+  l.out = out;
+  l.bias = bias;
+  l.seed = s.seed;
+  l.init_std = s.init_std;
+  return l;
+}
+
+}  // namespace
+
+GeluMlp::GeluMlp(const MlpSpec& s, Group& tp, const char* fc1, const char* fc2, int64_t out) {
+  fc1_ = register_module(fc1, std::make_shared<ColumnParallelLinear>(linear(s, fc1, s.hidden, s.ffn_hidden, true), tp));
+  fc2_ = register_module(fc2, std::make_shared<RowParallelLinear>(
+                                  linear(s, fc2, s.ffn_hidden, out ? out : s.hidden, true), tp));
+}
+
+SwiGluMlp::SwiGluMlp(const MlpSpec& s, Group& tp) {
+  gate_ = register_module("gate_proj", std::make_shared<ColumnParallelLinear>(
+                                           linear(s, "gate_proj", s.hidden, s.ffn_hidden, false), tp));
+  up_ = register_module("up_proj", std::make_shared<ColumnParallelLinear>(
+                                       linear(s, "up_proj", s.hidden, s.ffn_hidden, false), tp));
+  down_ = register_module("down_proj", std::make_shared<RowParallelLinear>(
+                                           linear(s, "down_proj", s.ffn_hidden, s.hidden, false), tp));
+}
+
+}  // namespace hetpar

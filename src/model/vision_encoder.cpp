@@ -1,0 +1,68 @@
+#include "model/vision_encoder.hpp"
+
+#include <ATen/ATen.h>
+
+#include "model/param_init.hpp"
+
+namespace hetpar {
+namespace {
+
+constexpr double kEncoderLnEps = 1e-6;
+
+}  // namespace
+
+at::Tensor patchify(const at::Tensor& pixels, int64_t p) {
+  const int64_t n = pixels.size(0), c = pixels.size(1), gh = pixels.size(2) / p, gw = pixels.size(3) / p;
+  return pixels.reshape({n, c, gh, p, gw, p}).permute({0, 2, 4, 1, 3, 5}).reshape({n, gh * gw, c * p * p});
+}
+
+VitBlock::VitBlock(const EncoderConfig& c, const std::string& name, uint64_t seed, Group& tp) {
+  ln1_ = register_module("layer_norm1", std::make_shared<LayerNorm>(c.hidden, kEncoderLnEps));
+  AttentionSpec a;
+  a.name = name + ".self_attn";
+  a.out_name = "out_proj";
+  a.hidden = c.hidden;
+  a.heads = a.kv_heads = c.heads;
+  a.bias = true;
+  a.seed = seed;
+  attn_ = register_module("self_attn", std::make_shared<ParallelAttention>(a, tp));
+  ln2_ = register_module("layer_norm2", std::make_shared<LayerNorm>(c.hidden, kEncoderLnEps));
+  MlpSpec m{name + ".mlp", c.hidden, c.mlp_hidden, seed, 0.02};
+  mlp_ = register_module("mlp", std::make_shared<GeluMlp>(m, tp));
+}
+
+at::Tensor VitBlock::forward(const at::Tensor& x) {
+  const at::Tensor h = x + attn_->forward(ln1_->forward(x), {}, {});
+  return h + mlp_->forward(ln2_->forward(h));
+}
+
+VisionEncoder::VisionEncoder(const EncoderConfig& c, uint64_t seed, Group& tp) : config_(c) {
+  const int64_t patch_in = c.channels * c.patch_size * c.patch_size;
+  // Holders named as in common checkpoints: patch_embedding.weight, ...
+  auto patch = register_module("patch_embedding", std::make_shared<torch::nn::Module>());
+  patch_weight = patch->register_parameter(
+      "weight", init_normal(seed, "vision.patch_embedding.weight", {c.hidden, patch_in}, 0.02));
+  patch_bias = patch->register_parameter("bias", at::zeros({c.hidden}));
+  auto position = register_module("position_embedding", std::make_shared<torch::nn::Module>());
+  position_embedding = position->register_parameter(
+      "weight", init_normal(seed, "vision.position_embedding.weight", {c.tokens_per_image(), c.hidden}, 0.02));
+  auto layers = register_module("layers", std::make_shared<torch::nn::Module>());
+  for (int64_t i = 0; i < c.layers; ++i) {
+    const std::string name = "vision.layers." + std::to_string(i);
+    blocks_.push_back(layers->register_module(std::to_string(i), std::make_shared<VitBlock>(c, name, seed, tp)));
+  }
+  post_ln_ = register_module("post_layernorm", std::make_shared<LayerNorm>(c.hidden, kEncoderLnEps));
+}
+
+at::Tensor VisionEncoder::forward(const at::Tensor& pixels) {
+  at::Tensor x = at::linear(patchify(pixels, config_.patch_size), patch_weight, patch_bias) + position_embedding;
+  for (auto& block : blocks_) x = block->forward(x);
+  return post_ln_->forward(x);
+}
+
+std::shared_ptr<GeluMlp> make_projector(const EncoderConfig& encoder, const LlmConfig& llm, uint64_t seed, Group& tp) {
+  MlpSpec m{"projector", encoder.hidden, llm.hidden, seed, 0.02};
+  return std::make_shared<GeluMlp>(m, tp, "linear_1", "linear_2", llm.hidden);
+}
+
+}  // namespace hetpar

@@ -1,0 +1,49 @@
+// The vision encoder, SigLIP style: patch embedding (a linear map of each
+// flattened C x p x p patch, i.e. a stride-p convolution), learned positions,
+// pre-LN blocks with bidirectional attention and a GELU MLP, final LayerNorm.
+// Heads and MLP are sharded over the encoder's TP group.
+#pragma once
+
+#include <torch/nn/module.h>
+
+#include <memory>
+#include <vector>
+
+#include "config/run_config.hpp"
+#include "model/attention.hpp"
+#include "model/mlp.hpp"
+#include "model/norms.hpp"
+
+namespace hetpar {
+
+class VitBlock : public torch::nn::Module {
+ public:
+  VitBlock(const EncoderConfig& c, const std::string& name, uint64_t seed, Group& tp);
+  at::Tensor forward(const at::Tensor& x);
+
+ private:
+  std::shared_ptr<LayerNorm> ln1_, ln2_;
+  std::shared_ptr<ParallelAttention> attn_;
+  std::shared_ptr<GeluMlp> mlp_;
+};
+
+class VisionEncoder : public torch::nn::Module {
+ public:
+  VisionEncoder(const EncoderConfig& c, uint64_t seed, Group& tp);
+  // pixels [N, C, H, W] -> [N, tokens_per_image, hidden]
+  at::Tensor forward(const at::Tensor& pixels);
+  at::Tensor patch_weight, patch_bias, position_embedding;
+
+ private:
+  EncoderConfig config_;
+  std::vector<std::shared_ptr<VitBlock>> blocks_;
+  std::shared_ptr<LayerNorm> post_ln_;
+};
+
+// Encoder hidden -> LLM hidden: linear_2(gelu(linear_1(x))), on the encoder's TP group.
+std::shared_ptr<GeluMlp> make_projector(const EncoderConfig& encoder, const LlmConfig& llm, uint64_t seed, Group& tp);
+
+// [N, C, H, W] -> [N, (H/p)(W/p), C*p*p], patches in row-major order.
+at::Tensor patchify(const at::Tensor& pixels, int64_t patch);
+
+}  // namespace hetpar

@@ -1,0 +1,127 @@
+// The whole multimodal model (encoder -> projector -> LLM with images spliced
+// into the token sequence, ragged: 0, 1 and 3 images per sample) at TP 1, 2
+// and 4, against the same model built on a single rank (a group of one) on
+// every rank: loss, logits, every parameter's gradient and the pixels'
+// gradient. fp32, |a - b| <= 1e-6 + 1e-5 * max|b|.
+#include <ATen/ATen.h>
+
+#include "model/llama.hpp"
+#include "model/param_init.hpp"
+#include "model/vision_encoder.hpp"
+#include "tests/dist_harness.hpp"
+
+namespace hetpar::test {
+namespace {
+
+constexpr double kRtol = 1e-5, kAtol = 1e-6;
+constexpr uint64_t kSeed = 1234;
+
+void expect_close(const at::Tensor& got, const at::Tensor& want, const std::string& what) {
+  require(got.sizes() == want.sizes(), "{}: shape [{}] vs [{}]", what, fmt::join(got.sizes(), ","),
+          fmt::join(want.sizes(), ","));
+  const double diff = (got - want).abs().max().item<double>();
+  const double scale = want.abs().max().item<double>();
+  require(diff <= kAtol + kRtol * scale, "{}: max |diff| {:.3g} vs max |ref| {:.3g}", what, diff, scale);
+}
+
+// A sharded parameter differs from the full one in exactly one dimension.
+at::Tensor my_shard_of(const at::Tensor& full, const at::Tensor& local, const Group& tp) {
+  for (int64_t d = 0; d < full.dim(); ++d) {
+    if (full.size(d) != local.size(d)) return shard(full, d, tp.rank(), tp.size());
+  }
+  return full;
+}
+
+void expect_same_grads(torch::nn::Module& model, torch::nn::Module& ref, const Group& tp, const std::string& tag) {
+  auto ref_params = ref.named_parameters();
+  int compared = 0;
+  for (const auto& p : model.named_parameters()) {
+    const at::Tensor& r = ref_params[p.key()];
+    require(p.value().grad().defined(), "{}{}: no gradient", tag, p.key());
+    expect_close(p.value().grad(), my_shard_of(r.grad(), p.value(), tp), tag + p.key() + " grad");
+    ++compared;
+  }
+  require(compared == static_cast<int>(ref_params.size()), "{}: {} of {} parameters compared", tag, compared,
+          ref_params.size());
+}
+
+struct Models {
+  std::shared_ptr<VisionEncoder> encoder;
+  std::shared_ptr<GeluMlp> projector;
+  std::shared_ptr<LlamaModel> llm;
+};
+
+Models build(const EncoderConfig& e, const LlmConfig& l, Group& tp) {
+  return {std::make_shared<VisionEncoder>(e, kSeed, tp), make_projector(e, l, kSeed, tp),
+          std::make_shared<LlamaModel>(l, kSeed, tp)};
+}
+
+// The batch: 3 samples of 24 tokens holding 0, 1 and 3 images of 4 tokens.
+struct Batch {
+  at::Tensor pixels, ids, targets, image_mask;
+};
+
+Batch make_batch(const EncoderConfig& e, const LlmConfig& l) {
+  Batch b;
+  b.pixels = init_normal(5, "pixels", {4, e.channels, e.image_size, e.image_size}, 1.0);
+  b.ids = (init_normal(5, "ids", {3, 24}, 1.0).abs() * 1000).to(at::kLong) % l.vocab_size;
+  b.image_mask = at::zeros({3, 24}, at::kBool);
+  b.image_mask[1].narrow(0, 2, 4).fill_(true);
+  b.image_mask[2].narrow(0, 1, 8).fill_(true);
+  b.image_mask[2].narrow(0, 12, 4).fill_(true);
+  b.targets = at::roll(b.ids, -1, 1);
+  b.targets.masked_fill_(b.image_mask, -100);  // no loss on image positions
+  b.targets.select(1, 23).fill_(-100);
+  return b;
+}
+
+struct Result {
+  at::Tensor loss, logits, pixels_grad;
+};
+
+Result step(Models& m, const Batch& b) {
+  at::Tensor pixels = b.pixels.clone().set_requires_grad(true);
+  const at::Tensor feats = m.encoder->forward(pixels);                    // [4, 4, enc hidden]
+  const at::Tensor rows = m.projector->forward(feats).reshape({16, -1});  // [16, llm hidden]
+  at::Tensor logits = m.llm->forward(b.ids, rows, b.image_mask);
+  const double count = (b.targets >= 0).sum().item<double>();
+  at::Tensor loss = m.llm->loss_sum(logits, b.targets) / count;
+  loss.backward();
+  return {loss.detach(), logits.detach(), pixels.grad()};
+}
+
+HETPAR_WORKER(multimodal_model) {
+  std::vector<GroupSpec> singles;
+  for (int r = 0; r < rt.world_size(); ++r) singles.push_back({"single", {r}});
+  rt.create_groups(singles);
+  Group& tp = rt.world();
+  Group& one = rt.group({rt.rank()});
+
+  EncoderConfig e;
+  e.image_size = 16, e.patch_size = 8, e.channels = 3, e.hidden = 32, e.layers = 2, e.heads = 4, e.mlp_hidden = 64;
+  LlmConfig l;
+  l.vocab_size = 64, l.hidden = 64, l.layers = 2, l.heads = 8, l.kv_heads = 4, l.ffn_hidden = 96, l.seq_len = 32;
+  const Batch batch = make_batch(e, l);
+
+  Models par = build(e, l, tp), ref = build(e, l, one);
+  const Result got = step(par, batch), want = step(ref, batch);
+  require(want.loss.item<double>() > 1.0, "reference loss {} looks degenerate", want.loss.item<double>());
+  expect_close(got.loss, want.loss, "loss");
+  expect_close(got.logits, my_shard_of(want.logits, got.logits, tp), "logits");
+  expect_close(got.pixels_grad, want.pixels_grad, "pixel grad");
+  expect_same_grads(*par.encoder, *ref.encoder, tp, "encoder.");
+  expect_same_grads(*par.projector, *ref.projector, tp, "projector.");
+  expect_same_grads(*par.llm, *ref.llm, tp, "llm.");
+}
+
+class ModelTp : public ::testing::TestWithParam<int> {};
+
+TEST_P(ModelTp, MatchesSingleRank) {
+  EXPECT_TRUE(all_ranks_succeeded(run_workers("multimodal_model", GetParam())));
+}
+
+INSTANTIATE_TEST_SUITE_P(Tp, ModelTp, ::testing::Values(1, 2, 4),
+                         [](const auto& info) { return "tp" + std::to_string(info.param); });
+
+}  // namespace
+}  // namespace hetpar::test
