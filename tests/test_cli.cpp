@@ -46,12 +46,21 @@ TEST(Cli, UnknownSubcommandOrOptionIsAUsageError) {
 
 // A config error is reported once, with file and key, before any rank starts.
 TEST(Cli, BadConfigExitsTwoBeforeLaunching) {
-  const auto [code, out] = run_command(kHetpar + " train " + kQuickstart + " --set layout.llm.tp=3 --set layout.encoder.dp=3");
+  const auto [code, out] = run_command(kHetpar + " train " + kQuickstart + " --set layout.llm.tp=3");
   EXPECT_EQ(code, 2) << out;
   EXPECT_TRUE(contains(out, "layout.llm.tp = 3")) << out;
-  EXPECT_TRUE(contains(out, "tiny.toml: llm.heads")) << out;
+  EXPECT_TRUE(contains(out, "tiny.toml: encoder.heads")) << out;
   EXPECT_FALSE(contains(out, "launching")) << out;
   EXPECT_FALSE(contains(out, "[rank")) << out;
+}
+
+// Placements the trainer cannot run yet are refused up front, not half-run.
+TEST(Cli, PlacementsWithoutTheBoundaryAreRefused) {
+  const auto [code, out] = run_command(kHetpar + " train " + kQuickstart +
+                                       " --set layout.placement=colocated --set layout.encoder.dp=2");
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_TRUE(contains(out, "layout.placement")) << out;
+  EXPECT_TRUE(contains(out, "boundary communicator")) << out;
 }
 
 TEST(Cli, MissingRunFileExitsTwo) {

@@ -27,6 +27,22 @@ std::vector<std::string> rank_argv(const TrainArgs& args, const std::string& out
   return argv;
 }
 
+// What the trainer can run today; the config format already describes more.
+void check_trainer_supports(const RunConfig& c) {
+  if (c.placement.placement != Placement::Uniform) {
+    throw ConfigError(c.source_file, "layout.placement",
+                      "\"" + to_string(c.placement.placement) +
+                          "\" needs the boundary communicator, which this build does not have yet; use \"uniform\"");
+  }
+  for (const auto& [module, layout] : {std::pair{"encoder", c.placement.encoder}, std::pair{"llm", c.placement.llm}}) {
+    if (layout.cp > 1 || layout.pp > 1) {
+      throw ConfigError(c.source_file, std::string("layout.") + module,
+                        "context and pipeline parallelism are not built yet: cp and pp must be 1, got " +
+                            layout.to_string());
+    }
+  }
+}
+
 }  // namespace
 
 CLI::App* add_train_command(CLI::App& app, TrainArgs& args) {
@@ -53,6 +69,7 @@ int run_train(const TrainArgs& args) {
   }
   try {
     config = load_run_config(args.config, args.overrides);
+    check_trainer_supports(config);
     if (env && args.nproc && args.nproc != env->world_size) {
       throw ConfigError("--nproc", "--nproc", "the launcher started " +
                         std::to_string(env->world_size) + " ranks; drop --nproc");

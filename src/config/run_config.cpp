@@ -128,6 +128,7 @@ std::vector<MultipleRule> multiple_rules(const RunConfig& c) {
       multiple_of_key("llm.heads", c.llm.heads, "llm.kv_heads", c.llm.kv_heads),
       multiple_of_encoder_tp("encoder.heads", c.encoder.heads),
       multiple_of_encoder_tp("encoder.mlp_hidden", c.encoder.mlp_hidden),
+      multiple_of_encoder_tp("llm.hidden", c.llm.hidden),  // the projector runs on the encoder's TP group
       multiple_of_key("llm.heads", c.llm.heads, "layout.llm.tp", llm.tp),
       multiple_of_key("llm.kv_heads", c.llm.kv_heads, "layout.llm.tp", llm.tp),
       multiple_of_key("llm.vocab_size", c.llm.vocab_size, "layout.llm.tp", llm.tp),
@@ -162,6 +163,17 @@ void check_consistency(const TomlDocument& doc, const RunConfig& c) {
     throw ConfigError(file_of(doc, {"data.images_max", "data.images_min"}), "data.images_max",
                       "must be >= data.images_min = " + num(c.data.images_min) + ", got " +
                           num(c.data.images_max));
+  }
+  // Each sample holds a BOS token, its image tokens and at least one text token.
+  const int64_t image_tokens = c.data.images_max * c.encoder.tokens_per_image();
+  if (image_tokens + 2 > c.llm.seq_len) {
+    throw ConfigError(file_of(doc, {"llm.seq_len", "data.images_max"}), "llm.seq_len",
+                      "must be >= data.images_max * tokens per image + 2 = " + num(image_tokens + 2) +
+                          ", got " + num(c.llm.seq_len));
+  }
+  if (c.optim.min_lr > c.optim.lr) {
+    throw ConfigError(file_of(doc, {"optim.min_lr", "optim.lr"}), "optim.min_lr",
+                      "must be <= optim.lr, got " + std::to_string(c.optim.min_lr));
   }
   for (const MultipleRule& rule : multiple_rules(c)) {
     if (rule.value % rule.divisor != 0) {

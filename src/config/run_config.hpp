@@ -47,6 +47,17 @@ struct DataConfig {
   int64_t images_max = 2;
 };
 
+struct OptimConfig {      // AdamW, linear warm-up then cosine decay to min_lr
+  double lr = 1e-3;
+  double min_lr = 1e-4;
+  int64_t warmup_steps = 10;
+  double weight_decay = 0.01;     // matrices only; norms and biases get none
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double grad_clip = 1.0;         // global grad-norm clipping; 0 = off
+};
+
 struct LayoutConfig {
   Placement placement = Placement::Uniform;
   Layout encoder;
@@ -65,6 +76,7 @@ struct RunConfig {
   EncoderConfig encoder;
   LlmConfig llm;
   DataConfig data;
+  OptimConfig optim;
   LayoutConfig layout;
   RuntimeConfig runtime;
   ModulePlacement placement;      // derived from `layout` by validation

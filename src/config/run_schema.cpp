@@ -35,6 +35,22 @@ Constraint positive_finite() {
           }};
 }
 
+Constraint non_negative_finite() {
+  return {">= 0", [](const SchemaValue& value) {
+            const double got = std::get<double>(value);
+            return std::isfinite(got) && got >= 0
+                       ? std::string()
+                       : "must be a finite number >= 0, got " + toml_literal(value);
+          }};
+}
+
+Constraint unit_interval() {
+  return {"in [0, 1)", [](const SchemaValue& value) {
+            const double got = std::get<double>(value);
+            return got >= 0 && got < 1 ? std::string() : "must be in [0, 1), got " + toml_literal(value);
+          }};
+}
+
 Constraint non_empty() {
   return {"!= \"\"", [](const SchemaValue& value) {
             return std::get<std::string>(value).empty() ? "must not be empty" : std::string();
@@ -156,6 +172,7 @@ std::vector<SchemaKey> build_schema() {
   const Section<&RunConfig::encoder> encoder{"encoder"};
   const Section<&RunConfig::llm> llm{"llm"};
   const Section<&RunConfig::data> data{"data"};
+  const Section<&RunConfig::optim> optim{"optim"};
   const Section<&RunConfig::layout> layout{"layout"};
   const Section<&RunConfig::runtime> runtime{"runtime"};
   using Enc = EncoderConfig;
@@ -184,6 +201,14 @@ std::vector<SchemaKey> build_schema() {
       data.key<&DataConfig::micro_batch_size>("micro_batch_size", at_least(1), "samples per micro-batch on one llm dp rank"),
       data.key<&DataConfig::images_min>("images_min", at_least(0), "fewest images per sample"),
       data.key<&DataConfig::images_max>("images_max", at_least(0), "most images per sample (uniform in [min, max])"),
+      optim.key<&OptimConfig::lr>("lr", positive_finite(), "peak learning rate (AdamW)"),
+      optim.key<&OptimConfig::min_lr>("min_lr", non_negative_finite(), "learning rate at the end of the cosine decay"),
+      optim.key<&OptimConfig::warmup_steps>("warmup_steps", at_least(0), "steps of linear warm-up from 0 to lr"),
+      optim.key<&OptimConfig::weight_decay>("weight_decay", non_negative_finite(), "decoupled weight decay of matrices"),
+      optim.key<&OptimConfig::beta1>("beta1", unit_interval(), "AdamW first-moment decay"),
+      optim.key<&OptimConfig::beta2>("beta2", unit_interval(), "AdamW second-moment decay"),
+      optim.key<&OptimConfig::eps>("eps", positive_finite(), "AdamW denominator epsilon"),
+      optim.key<&OptimConfig::grad_clip>("grad_clip", non_negative_finite(), "clip the global gradient norm to this; 0 turns clipping off"),
       layout.key<&LayoutConfig::placement>("placement", placement_names(),
           "colocated = both modules on the same ranks; non-colocated = encoder ranks, then llm ranks; "
           "uniform = the encoder takes the llm's layout and ranks"),

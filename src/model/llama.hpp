@@ -38,6 +38,7 @@ class LlamaModel : public torch::nn::Module {
   // Sum over tokens of the cross-entropy of `logits` against `targets` [B, S]
   // (negative targets are ignored).
   at::Tensor loss_sum(const at::Tensor& logits, const at::Tensor& targets);
+  int64_t hidden() const { return config_.hidden; }
 
  private:
   LlmConfig config_;

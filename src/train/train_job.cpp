@@ -4,15 +4,18 @@
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <torch/optim/adamw.h>
 
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
+#include "data/synthetic_data.hpp"
 #include "dist/module_groups.hpp"
 #include "dist/runtime.hpp"
-#include "train/comm_check.hpp"
+#include "train/grad_sync.hpp"
+#include "train/multimodal_model.hpp"
 #include "util/exit_codes.hpp"
 #include "util/log.hpp"
 
@@ -34,14 +37,21 @@ void maybe_inject_fault(int rank, int64_t step) {
   }
 }
 
-std::string describe_rank(JobGroups& g, int rank) {
-  std::string s = fmt::format("rank {}:", rank);
-  for (ModuleGroups* m : {&g.encoder(), &g.llm()}) {
-    if (!m->active()) continue;
-    const GridCoord c = m->coord();
-    s += fmt::format(" {}(tp{} cp{} dp{} pp{})", m->module(), c.tp, c.cp, c.dp, c.pp);
-  }
-  return s;
+// Matrices decay; norms and biases (1-d) do not.
+torch::optim::AdamW make_optimizer(const std::vector<at::Tensor>& params, const OptimConfig& o) {
+  std::vector<at::Tensor> decay, no_decay;
+  for (const at::Tensor& p : params) (p.dim() >= 2 ? decay : no_decay).push_back(p);
+  auto options = torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(o.weight_decay);
+  auto no_decay_options = options;
+  no_decay_options.weight_decay(0.0);
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(decay, std::make_unique<torch::optim::AdamWOptions>(options));
+  groups.emplace_back(no_decay, std::make_unique<torch::optim::AdamWOptions>(no_decay_options));
+  return torch::optim::AdamW(std::move(groups), options);
+}
+
+void set_learning_rate(torch::optim::AdamW& optimizer, double lr) {
+  for (auto& group : optimizer.param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
 }
 
 nlohmann::json run_metadata(const RunConfig& config, const Runtime& runtime) {
@@ -49,6 +59,7 @@ nlohmann::json run_metadata(const RunConfig& config, const Runtime& runtime) {
           {"commit", HETPAR_GIT_COMMIT},
           {"torch_version", HETPAR_TORCH_VERSION},
           {"backend", runtime.backend()},
+          {"device", "cpu"},
           {"world_size", runtime.world_size()},
           {"placement", to_string(config.placement.placement)},
           {"layout_encoder", config.placement.encoder.to_string()},
@@ -66,7 +77,24 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const std::stri
   options.intra_op_threads = static_cast<int>(config.runtime.intra_op_threads);
   Runtime runtime(env, options);
   JobGroups groups(runtime, config.placement);
+  ModuleGroups& llm = groups.llm();
+  ModuleGroups& encoder = groups.encoder();
+  Group& tp = llm.get(GroupKind::kTp);
+  Group& dp = llm.get(GroupKind::kDp);
   const bool leader = runtime.rank() == 0;
+
+  MultimodalModel model(config, encoder.get(GroupKind::kTp), tp);
+  const std::vector<at::Tensor> params = model.trainable_parameters();
+  torch::optim::AdamW optimizer = make_optimizer(params, config.optim);
+  const SyntheticData data(config.encoder, config.llm, config.data, static_cast<uint64_t>(config.run.seed));
+  const auto encoder_params = model.encoder_side(), llm_params = model.llm_side();
+  const std::vector<NormShare> norm_shares{
+      {&encoder_params, encoder.coord().dp == 0, encoder.coord().tp == 0},
+      {&llm_params, llm.coord().dp == 0, llm.coord().tp == 0}};
+
+  const int64_t samples_per_rank = config.data.global_batch_size / dp.size();
+  const int64_t micro_batches = samples_per_rank / config.data.micro_batch_size;
+  const int64_t tokens_per_step = config.data.global_batch_size * config.llm.seq_len;
 
   std::ofstream steps_file;
   if (leader) {
@@ -74,34 +102,55 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const std::stri
     std::ofstream(out_dir + "/config.toml") << to_toml(config);
     steps_file.open(out_dir + "/steps.jsonl");
     log_info("resolved run configuration:\n{}", to_toml(config));
-    log_info("{} ranks, backend {}, launched by {}", runtime.world_size(), runtime.backend(), env.launcher);
-    log_info("this build has no model yet: each step checks every process group of both modules");
+    int64_t count = 0;
+    for (const at::Tensor& p : params) count += p.numel();
+    log_info("{} ranks, backend {}, launched by {}; {} trainable parameters on rank 0; {} micro-batches of {} per "
+             "dp rank", runtime.world_size(), runtime.backend(), env.launcher, count, micro_batches,
+             config.data.micro_batch_size);
   }
-  log_info("{}", describe_rank(groups, runtime.rank()));
 
-  double total_seconds = 0;
-  int64_t total_checks = 0;
+  nlohmann::json summary = run_metadata(config, runtime);
+  double timed_seconds = 0;
   for (int64_t step = 1; step <= config.run.steps; ++step) {
     maybe_inject_fault(runtime.rank(), step);
     const auto t0 = Clock::now();
-    at::Tensor checks = at::full({1}, check_job_groups(runtime, groups, static_cast<int>(step)), at::kLong);
-    runtime.world().all_reduce(checks);
+    const double lr = learning_rate(config.optim, step, config.run.steps);
+    set_learning_rate(optimizer, lr);
+    optimizer.zero_grad();
+    const double target_tokens = static_cast<double>(data.target_tokens(step));
+    double local_loss = 0;
+    for (int64_t m = 0; m < micro_batches; ++m) {
+      const int64_t first = llm.coord().dp * samples_per_rank + m * config.data.micro_batch_size;
+      const MicroBatch batch = data.micro_batch(step, first, config.data.micro_batch_size);
+      at::Tensor loss = model.loss_sum(batch) / target_tokens;
+      loss.backward();
+      local_loss += loss.item<double>();
+    }
+    all_reduce_gradients(params, dp);
+    const double grad_norm = global_grad_norm(runtime.world(), norm_shares);
+    clip_gradients(params, grad_norm, config.optim.grad_clip);
+    optimizer.step();
+    at::Tensor loss = at::full({1}, local_loss, at::kDouble);
+    dp.all_reduce(loss);  // TP ranks of a replica hold the same loss: sum over replicas only
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-    total_seconds += seconds;
-    total_checks += checks.item<int64_t>();
+    if (step > 1) timed_seconds += seconds;
     if (leader) {
-      nlohmann::json line = {{"step", step}, {"step_seconds", seconds},
-                             {"collectives_checked", checks.item<int64_t>()}};
+      const double loss_value = loss.item<double>();
+      const nlohmann::json line = {{"step", step}, {"loss", loss_value}, {"grad_norm", grad_norm}, {"lr", lr},
+                                   {"step_seconds", seconds},
+                                   {"tokens_per_second", static_cast<double>(tokens_per_step) / seconds}};
       steps_file << line.dump() << "\n" << std::flush;
-      log_info("step {:>4} | {:8.2f} ms | {} collectives checked on all ranks", step, seconds * 1e3,
-               checks.item<int64_t>());
+      log_info("step {:>4} | loss {:.4f} | grad norm {:.3f} | lr {:.2e} | {:7.1f} ms | {:.0f} tokens/s", step,
+               loss_value, grad_norm, lr, seconds * 1e3, static_cast<double>(tokens_per_step) / seconds);
+      if (step == 1) summary["first_loss"] = loss_value;
+      summary["last_loss"] = loss_value;
     }
   }
   if (leader) {
-    nlohmann::json summary = run_metadata(config, runtime);
     summary["steps"] = config.run.steps;
-    summary["mean_step_seconds"] = total_seconds / static_cast<double>(config.run.steps);
-    summary["collectives_checked"] = total_checks;
+    if (config.run.steps > 1) {
+      summary["mean_step_seconds_after_first"] = timed_seconds / static_cast<double>(config.run.steps - 1);
+    }
     std::ofstream(out_dir + "/summary.json") << summary.dump(2) << "\n";
     log_info("done: {} steps, results in {}/", config.run.steps, out_dir);
   }

@@ -8,9 +8,8 @@
 
 namespace hetpar {
 
-// Returns the process exit code. Until the model lands, a step is a check of
-// every process group of both modules (see comm_check.hpp), timed and logged
-// like a training step.
+// Trains the model for run.steps optimizer steps; returns the exit code.
+// Rank 0 writes OUT/config.toml, OUT/steps.jsonl and OUT/summary.json.
 int run_train_job(const RunConfig& config, const LaunchEnv& env, const std::string& out_dir);
 
 }  // namespace hetpar

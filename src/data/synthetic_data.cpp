@@ -1,0 +1,98 @@
+#include "data/synthetic_data.hpp"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <random>
+
+#include "model/param_init.hpp"
+
+namespace hetpar {
+namespace {
+
+constexpr double kPixelNoise = 0.3;
+
+uint64_t sample_seed(uint64_t seed, int64_t step, int64_t sample, uint64_t salt) {
+  auto lo = [](uint64_t v) { return static_cast<uint32_t>(v); };
+  auto hi = [](uint64_t v) { return static_cast<uint32_t>(v >> 32); };
+  std::seed_seq seq{lo(seed), hi(seed), lo(step), hi(step), lo(sample), hi(sample), lo(salt)};
+  uint32_t out[2];
+  seq.generate(out, out + 2);
+  return (static_cast<uint64_t>(out[1]) << 32) | out[0];
+}
+
+}  // namespace
+
+SyntheticData::SyntheticData(const EncoderConfig& encoder, const LlmConfig& llm, const DataConfig& data, uint64_t seed)
+    : encoder_(encoder), llm_(llm), data_(data), seed_(seed) {
+  for (int c = 0; c < kImageClasses; ++c) {
+    class_patterns_.push_back(init_normal(seed, "data.class_pattern." + std::to_string(c),
+                                          {encoder.channels, encoder.image_size, encoder.image_size}, 1.0));
+  }
+}
+
+SampleText SyntheticData::text(int64_t step, int64_t sample) const {
+  std::mt19937_64 rng(sample_seed(seed_, step, sample, 1));
+  const int64_t k = std::uniform_int_distribution<int64_t>(data_.images_min, data_.images_max)(rng);
+  const int64_t text_vocab = llm_.vocab_size - kFirstTextToken;
+  const int64_t tpi = encoder_.tokens_per_image();
+  SampleText s;
+  s.ids.push_back(kBosToken);
+  const int64_t text_total = llm_.seq_len - 1 - k * tpi;
+  const int64_t segments = std::max<int64_t>(k, 1);
+  for (int64_t j = 0; j < segments; ++j) {
+    int64_t stride = 1;
+    if (j < k) {
+      const int cls = std::uniform_int_distribution<int>(0, kImageClasses - 1)(rng);
+      s.image_classes.push_back(cls);
+      stride = cls + 2;
+      s.ids.insert(s.ids.end(), tpi, kImageToken);
+    }
+    const int64_t length = text_total / segments + (j + 1 == segments ? text_total % segments : 0);
+    int64_t token = std::uniform_int_distribution<int64_t>(0, text_vocab - 1)(rng);
+    for (int64_t t = 0; t < length; ++t, token = (token + stride) % text_vocab) s.ids.push_back(kFirstTextToken + token);
+  }
+  s.targets.assign(s.ids.size(), -100);
+  for (size_t i = 0; i + 1 < s.ids.size(); ++i) {
+    if (s.ids[i + 1] >= kFirstTextToken) s.targets[i] = s.ids[i + 1];
+  }
+  return s;
+}
+
+at::Tensor SyntheticData::image(int64_t step, int64_t sample, int index, int image_class) const {
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(sample_seed(seed_, step, sample, 100 + index));
+  const at::Tensor& pattern = class_patterns_[image_class];
+  return pattern + kPixelNoise * at::randn(pattern.sizes(), gen, at::TensorOptions().dtype(at::kFloat));
+}
+
+MicroBatch SyntheticData::micro_batch(int64_t step, int64_t first, int64_t count) const {
+  std::vector<int64_t> ids, targets;
+  std::vector<at::Tensor> images;
+  for (int64_t s = first; s < first + count; ++s) {
+    const SampleText t = text(step, s);
+    ids.insert(ids.end(), t.ids.begin(), t.ids.end());
+    targets.insert(targets.end(), t.targets.begin(), t.targets.end());
+    for (size_t j = 0; j < t.image_classes.size(); ++j) {
+      images.push_back(image(step, s, static_cast<int>(j), t.image_classes[j]));
+    }
+  }
+  MicroBatch b;
+  b.ids = at::tensor(ids, at::kLong).view({count, llm_.seq_len});
+  b.targets = at::tensor(targets, at::kLong).view({count, llm_.seq_len});
+  b.image_mask = b.ids == kImageToken;
+  b.images = static_cast<int64_t>(images.size());
+  b.pixels = images.empty()
+                 ? at::zeros({0, encoder_.channels, encoder_.image_size, encoder_.image_size}, at::kFloat)
+                 : at::stack(images);
+  return b;
+}
+
+int64_t SyntheticData::target_tokens(int64_t step) const {
+  int64_t n = 0;
+  for (int64_t s = 0; s < data_.global_batch_size; ++s) {
+    for (int64_t t : text(step, s).targets) n += t >= 0;
+  }
+  return n;
+}
+
+}  // namespace hetpar

@@ -1,0 +1,60 @@
+// A deterministic, learnable multimodal data source. Every value is a
+// function of (seed, step, sample index), so any layout, DP split or
+// micro-batching sees exactly the same global batch.
+//
+// A sample of seq_len tokens: BOS, then for each of its k images (k uniform in
+// [images_min, images_max]) a run of image placeholders followed by a text
+// segment. An image shows one of kImageClasses patterns plus noise; the text
+// after it counts upwards with a stride set by that class (stride 1 with no
+// image). Predicting the text therefore needs the image: the loss falls as
+// encoder, projector and LLM learn together.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "config/run_config.hpp"
+
+namespace hetpar {
+
+inline constexpr int64_t kBosToken = 1;
+inline constexpr int64_t kImageToken = 2;
+inline constexpr int64_t kFirstTextToken = 3;
+inline constexpr int kImageClasses = 8;
+
+struct SampleText {
+  std::vector<int64_t> ids;          // seq_len tokens
+  std::vector<int64_t> targets;      // next token, or -100 (no loss)
+  std::vector<int> image_classes;    // one per image, in order
+};
+
+struct MicroBatch {
+  at::Tensor ids;         // [B, S] int64
+  at::Tensor targets;     // [B, S] int64, -100 = ignored
+  at::Tensor image_mask;  // [B, S] bool: placeholder positions
+  at::Tensor pixels;      // [K, C, H, W] fp32: the batch's images, sample by sample
+  int64_t images = 0;
+};
+
+class SyntheticData {
+ public:
+  SyntheticData(const EncoderConfig& encoder, const LlmConfig& llm, const DataConfig& data, uint64_t seed);
+
+  SampleText text(int64_t step, int64_t sample) const;
+  at::Tensor image(int64_t step, int64_t sample, int index, int image_class) const;  // [C, H, W]
+  // Samples [first, first + count) of the step's global batch.
+  MicroBatch micro_batch(int64_t step, int64_t first, int64_t count) const;
+  // Target tokens in the whole global batch of a step: the loss divisor.
+  int64_t target_tokens(int64_t step) const;
+
+ private:
+  EncoderConfig encoder_;
+  LlmConfig llm_;
+  DataConfig data_;
+  uint64_t seed_;
+  std::vector<at::Tensor> class_patterns_;
+};
+
+}  // namespace hetpar

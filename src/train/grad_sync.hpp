@@ -1,0 +1,36 @@
+// Gradient reduction across data-parallel replicas, the global gradient norm
+// and clipping.
+#pragma once
+
+#include <vector>
+
+#include "dist/group.hpp"
+#include "train/multimodal_model.hpp"
+
+namespace hetpar {
+
+// Sums gradients over `dp` in flat buckets of at most `bucket_bytes` (one
+// collective per bucket, not per parameter). The loss is already divided by
+// the global target-token count, so a sum is the right reduction.
+void all_reduce_gradients(const std::vector<at::Tensor>& params, Group& dp, int64_t bucket_bytes = 32 << 20);
+
+// What one module on this rank adds to the global squared norm. After the DP
+// reduction replicas hold equal gradients, so only DP coordinate 0 counts;
+// replicated parameters count on TP rank 0 only.
+struct NormShare {
+  const MultimodalModel::ParameterSets* params;
+  bool dp_first;
+  bool tp_first;
+};
+
+// sqrt of the sum over the whole job; `world` spans every rank.
+double global_grad_norm(Group& world, const std::vector<NormShare>& shares);
+
+// Scales every gradient by max_norm / norm when norm exceeds it (max_norm > 0).
+void clip_gradients(const std::vector<at::Tensor>& params, double norm, double max_norm);
+
+// Linear warm-up from 0 to lr over warmup_steps, then cosine down to min_lr at
+// total_steps. Steps count from 1.
+double learning_rate(const OptimConfig& optim, int64_t step, int64_t total_steps);
+
+}  // namespace hetpar

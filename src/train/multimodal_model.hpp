@@ -1,0 +1,41 @@
+// The end-to-end model of one rank: encoder + projector on the encoder's TP
+// group, LLM on the LLM's. (Under the uniform placement both are one group;
+// heterogeneous layouts put a boundary communicator between projector and LLM.)
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "config/run_config.hpp"
+#include "data/synthetic_data.hpp"
+#include "model/llama.hpp"
+#include "model/vision_encoder.hpp"
+
+namespace hetpar {
+
+class MultimodalModel {
+ public:
+  MultimodalModel(const RunConfig& config, Group& encoder_tp, Group& llm_tp);
+
+  // Sum over the micro-batch's target tokens of the token cross-entropy.
+  at::Tensor loss_sum(const MicroBatch& batch);
+
+  // Trainable parameters (the encoder's only when it is not frozen).
+  std::vector<at::Tensor> trainable_parameters() const;
+  // Trainable parameters split by TP group, for norms: `sharded` differ
+  // across the group's ranks, `replicated` are identical on every rank.
+  struct ParameterSets {
+    std::vector<at::Tensor> sharded, replicated;
+  };
+  ParameterSets encoder_side() const;
+  ParameterSets llm_side() const;
+
+  std::shared_ptr<VisionEncoder> encoder;
+  std::shared_ptr<GeluMlp> projector;
+  std::shared_ptr<LlamaModel> llm;
+
+ private:
+  bool encoder_frozen_;
+};
+
+}  // namespace hetpar

@@ -1,0 +1,150 @@
+// End-to-end training through the real binary: the loss curve of a TP x DP
+// run must match the single-rank run step by step (the loss is normalised by
+// the global target-token count, so layout and micro-batching do not change
+// the math), within a stated tolerance; and the synthetic data's contract.
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "data/synthetic_data.hpp"
+#include "tests/dist_harness.hpp"
+
+namespace hetpar::test {
+namespace {
+
+// fp32 with different reduction orders (TP all-reduces, DP bucket sums),
+// compounded through 20 AdamW steps.
+constexpr double kLossRtol = 1e-5;
+
+std::vector<nlohmann::json> train(const std::string& tag, const std::string& sets) {
+  const std::string dir = ::testing::TempDir() + "/train_" + tag;
+  std::filesystem::remove_all(dir);
+  const auto [code, out] = run_command(std::string(HETPAR_BINARY) + " train " HETPAR_SOURCE_DIR
+                                       "/workloads/tiny.toml --set run.steps=20 --set data.global_batch_size=4 " +
+                                       sets + " --out " + dir);
+  EXPECT_EQ(code, 0) << out;
+  std::vector<nlohmann::json> steps;
+  std::ifstream file(dir + "/steps.jsonl");
+  for (std::string line; std::getline(file, line);) steps.push_back(nlohmann::json::parse(line));
+  return steps;
+}
+
+double max_relative_loss_difference(const std::vector<nlohmann::json>& a, const std::vector<nlohmann::json>& b) {
+  double worst = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    const double x = a[i]["loss"], y = b[i]["loss"];
+    worst = std::max(worst, std::abs(x - y) / std::abs(y));
+  }
+  return worst;
+}
+
+class TrainingParity : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    reference_ = new std::vector<nlohmann::json>(train("reference", "--set data.micro_batch_size=2"));
+  }
+  static void TearDownTestSuite() { delete reference_; }
+  static std::vector<nlohmann::json>* reference_;
+};
+std::vector<nlohmann::json>* TrainingParity::reference_ = nullptr;
+
+TEST_F(TrainingParity, Tp2Dp2MatchesOneRank) {
+  const auto run = train("tp2dp2", "--set layout.llm.tp=2 --set layout.llm.dp=2 --set data.micro_batch_size=1");
+  ASSERT_EQ(run.size(), 20u);
+  ASSERT_EQ(reference_->size(), 20u);
+  const double diff = max_relative_loss_difference(run, *reference_);
+  std::printf("tp2 x dp2 vs 1 rank: max relative loss difference over 20 steps %.3g\n", diff);
+  EXPECT_LE(diff, kLossRtol);
+  EXPECT_GT(std::abs(double(run[19]["loss"]) - double(run[0]["loss"])), 100 * kLossRtol)
+      << "the loss did not move: the comparison proves nothing";
+}
+
+TEST_F(TrainingParity, MicroBatchingAndDpSplitDoNotMatter) {
+  const auto run = train("tp1dp2", "--set layout.llm.dp=2 --set data.micro_batch_size=1");
+  const double diff = max_relative_loss_difference(run, *reference_);
+  std::printf("dp2 with micro-batches of 1 vs 1 rank: max relative loss difference %.3g\n", diff);
+  EXPECT_LE(diff, kLossRtol);
+}
+
+TEST_F(TrainingParity, FrozenEncoderTrainsDifferently) {
+  const auto run = train("frozen", "--set encoder.frozen=true --set data.micro_batch_size=2");
+  ASSERT_EQ(run.size(), 20u);
+  EXPECT_DOUBLE_EQ(double(run[0]["loss"]), double((*reference_)[0]["loss"]));  // same start
+  EXPECT_NE(double(run[19]["loss"]), double((*reference_)[19]["loss"]));       // fewer parameters move
+}
+
+// ---- the synthetic data ---------------------------------------------------------
+
+struct DataFixture {
+  EncoderConfig encoder;
+  LlmConfig llm;
+  DataConfig data;
+  DataFixture() {
+    data.images_min = 0;
+    data.images_max = 3;
+    data.global_batch_size = 16;
+  }
+  SyntheticData source(uint64_t seed = 3) const { return SyntheticData(encoder, llm, data, seed); }
+};
+
+TEST(SyntheticData, DeterministicPerStepAndSample) {
+  const DataFixture f;
+  const MicroBatch a = f.source().micro_batch(5, 2, 3), b = f.source().micro_batch(5, 2, 3);
+  EXPECT_TRUE(at::equal(a.ids, b.ids));
+  EXPECT_TRUE(at::equal(a.pixels, b.pixels));
+  EXPECT_FALSE(at::equal(a.ids, f.source().micro_batch(6, 2, 3).ids));
+  EXPECT_FALSE(at::equal(a.ids, f.source(4).micro_batch(5, 2, 3).ids));
+  // A sample is the same whichever micro-batch carries it.
+  EXPECT_TRUE(at::equal(a.ids[1], f.source().micro_batch(5, 3, 1).ids[0]));
+}
+
+TEST(SyntheticData, ShapesPlaceholdersAndTargets) {
+  const DataFixture f;
+  const SyntheticData source = f.source();
+  std::set<size_t> image_counts;
+  int64_t targets = 0;
+  for (int64_t s = 0; s < f.data.global_batch_size; ++s) {
+    const SampleText t = source.text(1, s);
+    ASSERT_EQ(static_cast<int64_t>(t.ids.size()), f.llm.seq_len);
+    EXPECT_EQ(t.ids[0], kBosToken);
+    image_counts.insert(t.image_classes.size());
+    EXPECT_LE(t.image_classes.size(), 3u);
+    const auto placeholders = std::count(t.ids.begin(), t.ids.end(), kImageToken);
+    EXPECT_EQ(placeholders, static_cast<int64_t>(t.image_classes.size()) * f.encoder.tokens_per_image());
+    for (size_t i = 0; i < t.ids.size(); ++i) {
+      if (t.targets[i] >= 0) {
+        ++targets;
+        EXPECT_GE(t.targets[i], kFirstTextToken);
+        EXPECT_EQ(t.targets[i], t.ids[i + 1]);
+      }
+    }
+  }
+  EXPECT_GE(image_counts.size(), 3u) << "16 samples should show at least 3 different image counts";
+  EXPECT_EQ(targets, source.target_tokens(1));
+  const MicroBatch b = source.micro_batch(1, 0, f.data.global_batch_size);
+  EXPECT_EQ(b.image_mask.sum().item<int64_t>(), b.images * f.encoder.tokens_per_image());
+  EXPECT_EQ(b.pixels.size(0), b.images);
+}
+
+// The text after an image counts with a stride given by the image's class.
+TEST(SyntheticData, TextDependsOnTheImage) {
+  const DataFixture f;
+  const SyntheticData source = f.source();
+  const int64_t text_vocab = f.llm.vocab_size - kFirstTextToken;
+  int checked = 0;
+  for (int64_t s = 0; s < f.data.global_batch_size; ++s) {
+    const SampleText t = source.text(2, s);
+    if (t.image_classes.empty()) continue;
+    const size_t first_text = 1 + f.encoder.tokens_per_image();
+    const int64_t stride = (t.ids[first_text + 1] - t.ids[first_text] + text_vocab) % text_vocab;
+    EXPECT_EQ(stride, t.image_classes[0] + 2);
+    ++checked;
+  }
+  EXPECT_GT(checked, 0);
+}
+
+}  // namespace
+}  // namespace hetpar::test
