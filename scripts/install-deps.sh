@@ -22,12 +22,13 @@ if ((${#missing[@]})); then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-stamp="$VENV/.hetpar-ready"
+# Bump when the list below changes, so existing venvs get the new packages.
+stamp="$VENV/.hetpar-ready-2"
 if [[ ! -f "$stamp" ]]; then
-  echo "install-deps: torch==$TORCH_VERSION into $VENV (first time: several GB)"
-  python3 -m venv "$VENV"
+  echo "install-deps: torch==$TORCH_VERSION and Python packages into $VENV (first time: several GB)"
+  [[ -x "$VENV/bin/pip" ]] || python3 -m venv "$VENV"
   "$VENV/bin/pip" install -q --disable-pip-version-check \
-    "torch==$TORCH_VERSION" numpy matplotlib safetensors
+    "torch==$TORCH_VERSION" numpy matplotlib safetensors "transformers==5.24.0" pytest
   "$VENV/bin/python" -c "import torch; assert torch.__version__.startswith('$TORCH_VERSION'), torch.__version__"
   touch "$stamp"
 fi

@@ -1,6 +1,7 @@
 // hetpar: one executable, one subcommand per job kind.
 #include <CLI/CLI.hpp>
 
+#include "cli/eval_command.hpp"
 #include "cli/train_command.hpp"
 #include "config/config_error.hpp"
 #include "util/log.hpp"
@@ -11,7 +12,9 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string(HETPAR_VERSION " (commit " HETPAR_GIT_COMMIT
                                                 ", torch " HETPAR_TORCH_VERSION ")"));
   hetpar::TrainArgs train;
+  hetpar::EvalArgs eval;
   CLI::App* train_cmd = hetpar::add_train_command(app, train);
+  CLI::App* eval_cmd = hetpar::add_eval_command(app, eval);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -20,6 +23,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (train_cmd->parsed()) return hetpar::run_train(train);
+    if (eval_cmd->parsed()) return hetpar::run_eval(eval);
   } catch (const std::exception& e) {
     hetpar::die_of(e);
   }

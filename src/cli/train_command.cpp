@@ -1,101 +1,29 @@
 #include "cli/train_command.hpp"
 
-#include <unistd.h>
-
-#include <filesystem>
-
-#include "config/run_config.hpp"
-#include "dist/launch_env.hpp"
-#include "launch/local_launcher.hpp"
-#include "train/train_job.hpp"
-#include "util/log.hpp"
-
 namespace hetpar {
-namespace {
-
-std::string self_executable() {
-  std::error_code ec;
-  auto path = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (ec) throw std::runtime_error("cannot find this executable: " + ec.message());
-  return path.string();
-}
-
-// The ranks run the same command, minus --nproc (they read the environment).
-std::vector<std::string> rank_argv(const TrainArgs& args, const std::string& out_dir) {
-  std::vector<std::string> argv{self_executable(), "train", args.config, "--out", out_dir};
-  for (const auto& o : args.overrides) argv.insert(argv.end(), {"--set", o});
-  return argv;
-}
-
-// What the trainer can run today; the config format already describes more.
-void check_trainer_supports(const RunConfig& c) {
-  if (c.placement.placement != Placement::Uniform) {
-    throw ConfigError(c.source_file, "layout.placement",
-                      "\"" + to_string(c.placement.placement) +
-                          "\" needs the boundary communicator, which this build does not have yet; use \"uniform\"");
-  }
-  for (const auto& [module, layout] : {std::pair{"encoder", c.placement.encoder}, std::pair{"llm", c.placement.llm}}) {
-    if (layout.cp > 1 || layout.pp > 1) {
-      throw ConfigError(c.source_file, std::string("layout.") + module,
-                        "context and pipeline parallelism are not built yet: cp and pp must be 1, got " +
-                            layout.to_string());
-    }
-  }
-}
-
-}  // namespace
 
 CLI::App* add_train_command(CLI::App& app, TrainArgs& args) {
   CLI::App* cmd = app.add_subcommand("train", "Train one run described by a TOML run file");
-  cmd->add_option("config", args.config, "run file (TOML)")->required();
-  cmd->add_option("--set", args.overrides,
-                  "override one key of the run file: --set layout.encoder.tp=2 (repeatable)");
-  cmd->add_option("--nproc", args.nproc,
-                  "spawn this many local ranks (default: as many as the layout needs); "
-                  "not used under torchrun/srun, which set RANK/WORLD_SIZE")
-      ->check(CLI::Range(1, 4096));
-  cmd->add_option("--out", args.out, "output directory (default: results/runs/<run.name>)");
-  cmd->footer("\nTHE RUN FILE\n" + describe_run_file());
+  cmd->add_option("--out", args.outputs.out_dir, "output directory (default: results/runs/<run.name>)");
+  cmd->add_option("--init-hf", args.outputs.init_hf,
+                  "start from this transformers LLaVA directory (config.json + model.safetensors)");
+  cmd->add_option("--save-hf", args.outputs.save_hf,
+                  "at the end, write the model here as a transformers LlavaForConditionalGeneration directory");
+  add_job_options(*cmd, args.job);
   return cmd;
 }
 
 int run_train(const TrainArgs& args) {
-  std::optional<LaunchEnv> env;
-  RunConfig config;
-  try {
-    env = read_launch_env();
-  } catch (const std::exception& e) {
-    die(kExitConfigError, std::string("launch environment: ") + e.what());
+  std::vector<std::string> rank_args;
+  for (const auto& [flag, value] : {std::pair{"--out", args.outputs.out_dir}, std::pair{"--init-hf", args.outputs.init_hf},
+                                    std::pair{"--save-hf", args.outputs.save_hf}}) {
+    if (!value.empty()) rank_args.insert(rank_args.end(), {flag, value});
   }
-  try {
-    config = load_run_config(args.config, args.overrides);
-    check_trainer_supports(config);
-    if (env && args.nproc && args.nproc != env->world_size) {
-      throw ConfigError("--nproc", "--nproc", "the launcher started " +
-                        std::to_string(env->world_size) + " ranks; drop --nproc");
-    }
-    check_world_size(config, env ? env->world_size
-                                 : (args.nproc ? args.nproc : config.placement.world_size));
-  } catch (const ConfigError& e) {
-    die(kExitConfigError, std::string("config: ") + e.what());
-  }
-  const std::string out_dir = args.out.empty() ? "results/runs/" + config.run.name : args.out;
-  if (env) {
-    set_log_rank(env->rank);
-    return run_train_job(config, *env, out_dir);
-  }
-
-  LocalLaunchSpec spec;
-  spec.nproc = config.placement.world_size;
-  spec.argv = rank_argv(args, out_dir);
-  spec.intra_op_threads = static_cast<int>(config.runtime.intra_op_threads);
-  spec.grace = std::chrono::milliseconds(static_cast<int64_t>(config.runtime.timeout_s * 1000) + 5000);
-  log_info("hetpar: launching {} local ranks for {}", spec.nproc, args.config);
-  const LaunchResult result = launch_local(spec);
-  if (result.exit_code != 0) {
-    log_error("job failed after {:.1f} s: {}", result.wall_seconds, describe_failure(result));
-  }
-  return result.exit_code;
+  return run_job("train", args.job, rank_args, [&](const RunConfig& config, const LaunchEnv& env) {
+    TrainOutputs outputs = args.outputs;
+    if (outputs.out_dir.empty()) outputs.out_dir = "results/runs/" + config.run.name;
+    return run_train_job(config, env, outputs);
+  });
 }
 
 }  // namespace hetpar

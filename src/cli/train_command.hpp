@@ -1,19 +1,16 @@
-// `hetpar train RUN.toml`: validates the run, launches its ranks (or joins a
-// job started by torchrun/srun) and runs it on every rank.
+// `hetpar train RUN.toml`: trains one run on every rank of its layout.
 #pragma once
 
 #include <CLI/CLI.hpp>
 
-#include <string>
-#include <vector>
+#include "cli/job_command.hpp"
+#include "train/train_job.hpp"
 
 namespace hetpar {
 
 struct TrainArgs {
-  std::string config;
-  std::vector<std::string> overrides;  // --set key=value
-  int nproc = 0;                       // 0: as many as the layout needs
-  std::string out;                     // default: results/runs/<run.name>
+  JobArgs job;
+  TrainOutputs outputs;
 };
 
 CLI::App* add_train_command(CLI::App& app, TrainArgs& args);

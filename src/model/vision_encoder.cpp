@@ -51,13 +51,12 @@ VisionEncoder::VisionEncoder(const EncoderConfig& c, uint64_t seed, Group& tp) :
     const std::string name = "vision.layers." + std::to_string(i);
     blocks_.push_back(layers->register_module(std::to_string(i), std::make_shared<VitBlock>(c, name, seed, tp)));
   }
-  post_ln_ = register_module("post_layernorm", std::make_shared<LayerNorm>(c.hidden, kEncoderLnEps));
 }
 
 at::Tensor VisionEncoder::forward(const at::Tensor& pixels) {
   at::Tensor x = at::linear(patchify(pixels, config_.patch_size), patch_weight, patch_bias) + position_embedding;
   for (auto& block : blocks_) x = block->forward(x);
-  return post_ln_->forward(x);
+  return x;
 }
 
 std::shared_ptr<GeluMlp> make_projector(const EncoderConfig& encoder, const LlmConfig& llm, uint64_t seed, Group& tp) {

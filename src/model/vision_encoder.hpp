@@ -1,7 +1,9 @@
 // The vision encoder, SigLIP style: patch embedding (a linear map of each
 // flattened C x p x p patch, i.e. a stride-p convolution), learned positions,
-// pre-LN blocks with bidirectional attention and a GELU MLP, final LayerNorm.
-// Heads and MLP are sharded over the encoder's TP group.
+// pre-LN blocks with bidirectional attention and a GELU MLP. The features are
+// the last block's output, as multimodal LLMs take them (no final LayerNorm:
+// LLaVA reads the tower's hidden states, which precede it). Heads and MLP are
+// sharded over the encoder's TP group.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -37,7 +39,6 @@ class VisionEncoder : public torch::nn::Module {
  private:
   EncoderConfig config_;
   std::vector<std::shared_ptr<VitBlock>> blocks_;
-  std::shared_ptr<LayerNorm> post_ln_;
 };
 
 // Encoder hidden -> LLM hidden: linear_2(gelu(linear_1(x))), on the encoder's TP group.

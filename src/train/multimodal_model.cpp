@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <map>
 #include <optional>
 
 #include "tp/parallel_linear.hpp"
@@ -10,28 +11,28 @@
 namespace hetpar {
 namespace {
 
-// The parameters a TP layer shards; everything else in a module is replicated.
-MultimodalModel::ParameterSets split_by_sharding(const std::vector<torch::nn::Module*>& modules) {
-  MultimodalModel::ParameterSets sets;
-  std::vector<const at::TensorImpl*> sharded;
-  for (torch::nn::Module* root : modules) {
-    for (const auto& m : root->modules()) {
-      if (auto* col = dynamic_cast<ColumnParallelLinear*>(m.get())) {
-        sharded.push_back(col->weight.unsafeGetTensorImpl());
-        if (col->bias.defined()) sharded.push_back(col->bias.unsafeGetTensorImpl());
-      } else if (auto* row = dynamic_cast<RowParallelLinear*>(m.get())) {
-        sharded.push_back(row->weight.unsafeGetTensorImpl());
-      } else if (auto* emb = dynamic_cast<VocabParallelEmbedding*>(m.get())) {
-        sharded.push_back(emb->weight.unsafeGetTensorImpl());
-      }
+// The dimension along which a TP layer shards each of its parameters.
+std::map<const at::TensorImpl*, int> shard_dims(torch::nn::Module& root) {
+  std::map<const at::TensorImpl*, int> dims;
+  for (const auto& m : root.modules()) {
+    if (auto* col = dynamic_cast<ColumnParallelLinear*>(m.get())) {
+      dims[col->weight.unsafeGetTensorImpl()] = 0;
+      if (col->bias.defined()) dims[col->bias.unsafeGetTensorImpl()] = 0;
+    } else if (auto* row = dynamic_cast<RowParallelLinear*>(m.get())) {
+      dims[row->weight.unsafeGetTensorImpl()] = 1;
+    } else if (auto* emb = dynamic_cast<VocabParallelEmbedding*>(m.get())) {
+      dims[emb->weight.unsafeGetTensorImpl()] = 0;
     }
   }
-  for (torch::nn::Module* root : modules) {
-    for (const at::Tensor& p : root->parameters()) {
-      if (!p.requires_grad()) continue;
-      const bool is_sharded = std::find(sharded.begin(), sharded.end(), p.unsafeGetTensorImpl()) != sharded.end();
-      (is_sharded ? sets.sharded : sets.replicated).push_back(p);
-    }
+  return dims;
+}
+
+MultimodalModel::ParameterSets trainable_sets(const std::vector<MultimodalModel::NamedParameter>& params,
+                                              bool encoder_side) {
+  MultimodalModel::ParameterSets sets;
+  for (const auto& p : params) {
+    if (p.on_encoder_side != encoder_side || !p.tensor.requires_grad()) continue;
+    (p.shard_dim >= 0 ? sets.sharded : sets.replicated).push_back(p.tensor);
   }
   return sets;
 }
@@ -72,10 +73,22 @@ std::vector<at::Tensor> MultimodalModel::trainable_parameters() const {
   return out;
 }
 
-MultimodalModel::ParameterSets MultimodalModel::encoder_side() const {
-  return split_by_sharding({encoder.get(), projector.get()});
-}
+MultimodalModel::ParameterSets MultimodalModel::encoder_side() const { return trainable_sets(named_parameters(), true); }
+MultimodalModel::ParameterSets MultimodalModel::llm_side() const { return trainable_sets(named_parameters(), false); }
 
-MultimodalModel::ParameterSets MultimodalModel::llm_side() const { return split_by_sharding({llm.get()}); }
+std::vector<MultimodalModel::NamedParameter> MultimodalModel::named_parameters() const {
+  std::vector<NamedParameter> out;
+  const std::pair<const char*, torch::nn::Module*> modules[] = {
+      {"encoder.", encoder.get()}, {"projector.", projector.get()}, {"llm.", llm.get()}};
+  for (const auto& [prefix, module] : modules) {
+    const auto dims = shard_dims(*module);
+    for (const auto& item : module->named_parameters()) {
+      const auto it = dims.find(item.value().unsafeGetTensorImpl());
+      out.push_back({prefix + item.key(), item.value(), it == dims.end() ? -1 : it->second,
+                     module != llm.get()});
+    }
+  }
+  return out;
+}
 
 }  // namespace hetpar

@@ -30,6 +30,16 @@ class MultimodalModel {
   ParameterSets encoder_side() const;
   ParameterSets llm_side() const;
 
+  // Every parameter with its name ("encoder.", "projector.", "llm." + the
+  // module path) and the dimension its TP layer shards (-1: replicated).
+  struct NamedParameter {
+    std::string name;
+    at::Tensor tensor;
+    int shard_dim;
+    bool on_encoder_side;  // encoder or projector: sharded over the encoder's TP group
+  };
+  std::vector<NamedParameter> named_parameters() const;
+
   std::shared_ptr<VisionEncoder> encoder;
   std::shared_ptr<GeluMlp> projector;
   std::shared_ptr<LlamaModel> llm;

@@ -14,6 +14,8 @@
 #include "data/synthetic_data.hpp"
 #include "dist/module_groups.hpp"
 #include "dist/runtime.hpp"
+#include "interop/hf_llava.hpp"
+#include "train/job_setup.hpp"
 #include "train/grad_sync.hpp"
 #include "train/multimodal_model.hpp"
 #include "util/exit_codes.hpp"
@@ -70,12 +72,9 @@ nlohmann::json run_metadata(const RunConfig& config, const Runtime& runtime) {
 
 }  // namespace
 
-int run_train_job(const RunConfig& config, const LaunchEnv& env, const std::string& out_dir) {
-  RuntimeOptions options;
-  options.backend = config.runtime.backend;
-  options.timeout = std::chrono::milliseconds(static_cast<int64_t>(config.runtime.timeout_s * 1000));
-  options.intra_op_threads = static_cast<int>(config.runtime.intra_op_threads);
-  Runtime runtime(env, options);
+int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutputs& outputs) {
+  const std::string& out_dir = outputs.out_dir;
+  Runtime runtime(env, runtime_options(config.runtime));
   JobGroups groups(runtime, config.placement);
   ModuleGroups& llm = groups.llm();
   ModuleGroups& encoder = groups.encoder();
@@ -84,6 +83,7 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const std::stri
   const bool leader = runtime.rank() == 0;
 
   MultimodalModel model(config, encoder.get(GroupKind::kTp), tp);
+  if (!outputs.init_hf.empty()) load_hf(model, encoder.get(GroupKind::kTp), tp, outputs.init_hf);
   const std::vector<at::Tensor> params = model.trainable_parameters();
   torch::optim::AdamW optimizer = make_optimizer(params, config.optim);
   const SyntheticData data(config.encoder, config.llm, config.data, static_cast<uint64_t>(config.run.seed));
@@ -145,6 +145,10 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const std::stri
       if (step == 1) summary["first_loss"] = loss_value;
       summary["last_loss"] = loss_value;
     }
+  }
+  if (!outputs.save_hf.empty()) {
+    save_hf(config, model, encoder.get(GroupKind::kTp), tp, leader, outputs.save_hf);
+    if (leader) log_info("wrote a transformers LLaVA model to {}/", outputs.save_hf);
   }
   if (leader) {
     summary["steps"] = config.run.steps;

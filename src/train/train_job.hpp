@@ -10,6 +10,12 @@ namespace hetpar {
 
 // Trains the model for run.steps optimizer steps; returns the exit code.
 // Rank 0 writes OUT/config.toml, OUT/steps.jsonl and OUT/summary.json.
-int run_train_job(const RunConfig& config, const LaunchEnv& env, const std::string& out_dir);
+struct TrainOutputs {
+  std::string out_dir;   // config.toml, steps.jsonl, summary.json
+  std::string init_hf;   // start from this transformers LLaVA directory ("" = fresh init)
+  std::string save_hf;   // write the final model here as a transformers LLaVA directory
+};
+
+int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutputs& outputs);
 
 }  // namespace hetpar

@@ -1,0 +1,86 @@
+#include "cli/job_command.hpp"
+
+#include <filesystem>
+
+#include "launch/local_launcher.hpp"
+#include "util/log.hpp"
+
+namespace hetpar {
+namespace {
+
+std::string self_executable() {
+  std::error_code ec;
+  auto path = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) throw std::runtime_error("cannot find this executable: " + ec.message());
+  return path.string();
+}
+
+// What the trainer can run today; the config format already describes more.
+void check_trainer_supports(const RunConfig& c) {
+  if (c.placement.placement != Placement::Uniform) {
+    throw ConfigError(c.source_file, "layout.placement",
+                      "\"" + to_string(c.placement.placement) +
+                          "\" needs the boundary communicator, which this build does not have yet; use \"uniform\"");
+  }
+  for (const auto& [module, layout] : {std::pair{"encoder", c.placement.encoder}, std::pair{"llm", c.placement.llm}}) {
+    if (layout.cp > 1 || layout.pp > 1) {
+      throw ConfigError(c.source_file, std::string("layout.") + module,
+                        "context and pipeline parallelism are not built yet: cp and pp must be 1, got " +
+                            layout.to_string());
+    }
+  }
+}
+
+}  // namespace
+
+void add_job_options(CLI::App& cmd, JobArgs& args) {
+  cmd.add_option("config", args.config, "run file (TOML)")->required();
+  cmd.add_option("--set", args.overrides, "override one key of the run file: --set layout.llm.tp=2 (repeatable)");
+  cmd.add_option("--nproc", args.nproc,
+                 "spawn this many local ranks (default: as many as the layout needs); "
+                 "not used under torchrun/srun, which set RANK/WORLD_SIZE")
+      ->check(CLI::Range(1, 4096));
+  cmd.footer("\nTHE RUN FILE\n" + describe_run_file());
+}
+
+int run_job(const std::string& subcommand, const JobArgs& args, const std::vector<std::string>& rank_args,
+            const std::function<int(const RunConfig&, const LaunchEnv&)>& rank_main) {
+  std::optional<LaunchEnv> env;
+  RunConfig config;
+  try {
+    env = read_launch_env();
+  } catch (const std::exception& e) {
+    die(kExitConfigError, std::string("launch environment: ") + e.what());
+  }
+  try {
+    config = load_run_config(args.config, args.overrides);
+    check_trainer_supports(config);
+    if (env && args.nproc && args.nproc != env->world_size) {
+      throw ConfigError("--nproc", "--nproc",
+                        "the launcher started " + std::to_string(env->world_size) + " ranks; drop --nproc");
+    }
+    check_world_size(config, env ? env->world_size : (args.nproc ? args.nproc : config.placement.world_size));
+  } catch (const ConfigError& e) {
+    die(kExitConfigError, std::string("config: ") + e.what());
+  }
+  if (env) {
+    set_log_rank(env->rank);
+    return rank_main(config, *env);
+  }
+
+  LocalLaunchSpec spec;
+  spec.nproc = config.placement.world_size;
+  spec.argv = {self_executable(), subcommand, args.config};
+  for (const auto& o : args.overrides) spec.argv.insert(spec.argv.end(), {"--set", o});
+  spec.argv.insert(spec.argv.end(), rank_args.begin(), rank_args.end());
+  spec.intra_op_threads = static_cast<int>(config.runtime.intra_op_threads);
+  spec.grace = std::chrono::milliseconds(static_cast<int64_t>(config.runtime.timeout_s * 1000) + 5000);
+  log_info("hetpar: launching {} local ranks for {}", spec.nproc, args.config);
+  const LaunchResult result = launch_local(spec);
+  if (result.exit_code != 0) {
+    log_error("job failed after {:.1f} s: {}", result.wall_seconds, describe_failure(result));
+  }
+  return result.exit_code;
+}
+
+}  // namespace hetpar

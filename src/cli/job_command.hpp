@@ -1,0 +1,32 @@
+// What `train` and `eval` share: a run file with overrides, validated before
+// anything starts, then either spawned as local ranks or joined as one rank of
+// a job that torchrun/srun started.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "config/run_config.hpp"
+#include "dist/launch_env.hpp"
+
+namespace hetpar {
+
+struct JobArgs {
+  std::string config;
+  std::vector<std::string> overrides;  // --set key=value
+  int nproc = 0;                       // 0: as many as the layout needs
+};
+
+// Adds CONFIG, --set and --nproc to a subcommand, and the run file's help.
+void add_job_options(CLI::App& cmd, JobArgs& args);
+
+// Loads and checks the config (exit 2 on error). Without a launch environment
+// it spawns the ranks, each re-running `subcommand` with `rank_args` appended;
+// inside a rank it runs `rank_main`. Returns the exit code.
+int run_job(const std::string& subcommand, const JobArgs& args, const std::vector<std::string>& rank_args,
+            const std::function<int(const RunConfig&, const LaunchEnv&)>& rank_main);
+
+}  // namespace hetpar

@@ -1,0 +1,91 @@
+#include "io/safetensors.hpp"
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <stdexcept>
+
+namespace hetpar {
+namespace {
+
+const std::vector<std::pair<std::string, at::ScalarType>>& dtypes() {
+  static const std::vector<std::pair<std::string, at::ScalarType>> table = {
+      {"F32", at::kFloat}, {"BF16", at::kBFloat16}, {"F16", at::kHalf},
+      {"I64", at::kLong},  {"I32", at::kInt},       {"BOOL", at::kBool}};
+  return table;
+}
+
+std::string dtype_name(at::ScalarType t) {
+  for (const auto& [name, type] : dtypes()) {
+    if (type == t) return name;
+  }
+  throw std::runtime_error(std::string("safetensors: unsupported dtype ") + c10::toString(t));
+}
+
+at::ScalarType dtype_of(const std::string& name, const std::string& path) {
+  for (const auto& [n, type] : dtypes()) {
+    if (n == name) return type;
+  }
+  throw std::runtime_error(path + ": unsupported safetensors dtype " + name);
+}
+
+}  // namespace
+
+void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
+  nlohmann::ordered_json header;
+  header["__metadata__"] = {{"format", "pt"}};
+  std::vector<at::Tensor> data;
+  uint64_t offset = 0;
+  for (const auto& [name, tensor] : tensors) {
+    at::Tensor t = tensor.detach().to(at::kCPU).contiguous();
+    header[name] = {{"dtype", dtype_name(t.scalar_type())}, {"shape", t.sizes().vec()},
+                    {"data_offsets", {offset, offset + t.nbytes()}}};
+    offset += t.nbytes();
+    data.push_back(t);
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // align the data on 8 bytes
+  std::ofstream out(path, std::ios::binary);
+  if (!out) throw std::runtime_error("cannot write " + path);
+  const uint64_t length = text.size();  // little-endian on every platform hetpar builds for
+  out.write(reinterpret_cast<const char*>(&length), sizeof length);
+  out.write(text.data(), static_cast<std::streamsize>(text.size()));
+  for (const at::Tensor& t : data) out.write(static_cast<const char*>(t.data_ptr()), static_cast<std::streamsize>(t.nbytes()));
+  if (!out) throw std::runtime_error("writing " + path + " failed");
+}
+
+std::map<std::string, at::Tensor> read_safetensors(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error(path + ": cannot open");
+  uint64_t length = 0;
+  in.read(reinterpret_cast<char*>(&length), sizeof length);
+  if (!in || length > (uint64_t{1} << 30)) throw std::runtime_error(path + ": not a safetensors file (bad header length)");
+  std::string text(length, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(length));
+  if (!in) throw std::runtime_error(path + ": truncated header");
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(text);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(path + ": bad safetensors header: " + e.what());
+  }
+  const std::streamoff data_start = static_cast<std::streamoff>(sizeof length + length);
+  std::map<std::string, at::Tensor> out;
+  for (const auto& [name, entry] : header.items()) {
+    if (name == "__metadata__") continue;
+    const std::vector<int64_t> shape = entry.at("shape").get<std::vector<int64_t>>();
+    const auto offsets = entry.at("data_offsets").get<std::vector<uint64_t>>();
+    at::Tensor t = at::empty(shape, at::TensorOptions().dtype(dtype_of(entry.at("dtype").get<std::string>(), path)));
+    if (offsets.size() != 2 || offsets[1] - offsets[0] != t.nbytes()) {
+      throw std::runtime_error(path + ": tensor " + name + " has inconsistent data_offsets");
+    }
+    in.seekg(data_start + static_cast<std::streamoff>(offsets[0]));
+    in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(t.nbytes()));
+    if (!in) throw std::runtime_error(path + ": truncated data of tensor " + name);
+    out[name] = t;
+  }
+  return out;
+}
+
+}  // namespace hetpar

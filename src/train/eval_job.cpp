@@ -1,0 +1,60 @@
+#include "train/eval_job.hpp"
+
+#include <ATen/ATen.h>
+
+#include "dist/module_groups.hpp"
+#include "interop/hf_llava.hpp"
+#include "io/safetensors.hpp"
+#include "train/job_setup.hpp"
+#include "train/multimodal_model.hpp"
+#include "util/log.hpp"
+
+namespace hetpar {
+
+MicroBatch read_hf_batch(const std::string& path, const RunConfig& c) {
+  const auto tensors = read_safetensors(path);
+  auto get = [&](const char* name) {
+    const auto it = tensors.find(name);
+    if (it == tensors.end()) throw std::runtime_error(path + ": no tensor " + name);
+    return it->second;
+  };
+  MicroBatch b;
+  b.ids = get("input_ids").to(at::kLong);
+  const at::Tensor labels = get("labels").to(at::kLong);
+  b.pixels = get("pixel_values").to(at::kFloat);
+  if (b.ids.dim() != 2 || labels.sizes() != b.ids.sizes()) {
+    throw std::runtime_error(path + ": input_ids and labels must both be [batch, sequence]");
+  }
+  if (b.ids.size(1) > c.llm.seq_len) {
+    throw std::runtime_error(fmt::format("{}: sequences of {} tokens exceed llm.seq_len = {}", path, b.ids.size(1),
+                                         c.llm.seq_len));
+  }
+  // transformers shifts inside the loss; hetpar's targets are pre-shifted.
+  b.targets = at::full_like(labels, -100);
+  b.targets.narrow(1, 0, labels.size(1) - 1).copy_(labels.narrow(1, 1, labels.size(1) - 1));
+  b.image_mask = b.ids == kImageToken;
+  b.images = b.pixels.size(0);
+  const int64_t placeholders = b.image_mask.sum().item<int64_t>();
+  if (placeholders != b.images * c.encoder.tokens_per_image()) {
+    throw std::runtime_error(fmt::format("{}: {} image placeholders (token {}) but {} images of {} tokens", path,
+                                         placeholders, kImageToken, b.images, c.encoder.tokens_per_image()));
+  }
+  return b;
+}
+
+int run_eval_job(const RunConfig& config, const LaunchEnv& env, const std::string& init_hf, const std::string& batch) {
+  Runtime runtime(env, runtime_options(config.runtime));
+  JobGroups groups(runtime, config.placement);
+  Group& encoder_tp = groups.encoder().get(GroupKind::kTp);
+  Group& llm_tp = groups.llm().get(GroupKind::kTp);
+  MultimodalModel model(config, encoder_tp, llm_tp);
+  load_hf(model, encoder_tp, llm_tp, init_hf);
+  const MicroBatch b = read_hf_batch(batch, config);
+  at::NoGradGuard no_grad;
+  const double count = (b.targets >= 0).sum().item<double>();
+  const double loss = model.loss_sum(b).item<double>() / count;  // every DP replica scores the whole batch
+  if (runtime.rank() == 0) log_info("eval loss: {:.9g} over {} target tokens", loss, static_cast<int64_t>(count));
+  return 0;
+}
+
+}  // namespace hetpar

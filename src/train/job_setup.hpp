@@ -1,0 +1,19 @@
+// Pieces every rank job (train, eval) sets up the same way.
+#pragma once
+
+#include <chrono>
+
+#include "config/run_config.hpp"
+#include "dist/runtime.hpp"
+
+namespace hetpar {
+
+inline RuntimeOptions runtime_options(const RuntimeConfig& c) {
+  RuntimeOptions options;
+  options.backend = c.backend;
+  options.timeout = std::chrono::milliseconds(static_cast<int64_t>(c.timeout_s * 1000));
+  options.intra_op_threads = static_cast<int>(c.intra_op_threads);
+  return options;
+}
+
+}  // namespace hetpar
