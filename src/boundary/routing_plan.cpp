@@ -1,0 +1,82 @@
+#include "boundary/routing_plan.hpp"
+
+#include <stdexcept>
+#include <string>
+
+#include "parallel/rank_grid.hpp"
+
+namespace hetpar {
+namespace {
+
+void require(bool ok, const std::string& why) {
+  if (!ok) throw std::invalid_argument("boundary plan: " + why);
+}
+
+// Contiguous runs of images per encoder DP group, sizes differing by <= 1.
+std::vector<int> balance_images(int images, int groups) {
+  std::vector<int> owner(images);
+  const int base = images / groups, extra = images % groups;
+  int j = 0;
+  for (int g = 0; g < groups; ++g) {
+    for (int k = 0; k < base + (g < extra ? 1 : 0); ++k) owner[j++] = g;
+  }
+  return owner;
+}
+
+}  // namespace
+
+int cp_rank_of_position(int64_t pos, int64_t seq_len, int cp) {
+  const int64_t chunk = pos / (seq_len / (2 * cp));
+  return static_cast<int>(chunk < cp ? chunk : 2 * cp - 1 - chunk);
+}
+
+BoundaryPlan plan_boundary(const ModulePlacement& p, const BoundaryBatch& batch) {
+  require(p.encoder.cp == 1 && p.encoder.pp == 1, "encoder cp and pp must be 1, got " + p.encoder.to_string());
+  require(p.llm.pp == 1, "llm pp must be 1 for now, got " + p.llm.to_string());
+  const int samples = static_cast<int>(batch.image_starts.size());
+  require(samples % p.llm.dp == 0, std::to_string(samples) + " samples do not split over llm dp " +
+                                       std::to_string(p.llm.dp));
+  require(batch.seq_len % (2 * p.llm.cp) == 0, "seq_len " + std::to_string(batch.seq_len) +
+                                                   " is not a multiple of 2 * llm cp");
+  const RankGrid encoder(p.encoder, p.encoder_ranks.offset), llm(p.llm, p.llm_ranks.offset);
+  const int samples_per_group = samples / p.llm.dp;
+  const int64_t chunk = batch.seq_len / (2 * p.llm.cp);
+
+  BoundaryPlan plan;
+  for (int s = 0; s < samples; ++s) {
+    int64_t previous_end = 0;
+    for (int64_t start : batch.image_starts[s]) {
+      require(start >= previous_end && start + batch.tokens_per_image <= batch.seq_len,
+              "image at position " + std::to_string(start) + " of sample " + std::to_string(s) +
+                  " overlaps another or leaves the sequence");
+      previous_end = start + batch.tokens_per_image;
+      plan.image_sample.push_back(s);
+      plan.image_position.push_back(start);
+    }
+  }
+  const int images = static_cast<int>(plan.image_sample.size());
+  plan.image_encoder_dp = balance_images(images, p.encoder.dp);
+
+  std::vector<int> first_image_of_group(p.encoder.dp, -1);
+  for (int j = images - 1; j >= 0; --j) first_image_of_group[plan.image_encoder_dp[j]] = j;
+  for (int j = 0; j < images; ++j) {
+    const int e = plan.image_encoder_dp[j];
+    const int local = j - first_image_of_group[e];
+    const int sender = encoder.rank({local % p.encoder.tp, 0, e, 0});
+    const int d = plan.image_sample[j] / samples_per_group;
+    // Split the image's rows where the sequence changes CP rank.
+    for (int64_t t = 0; t < batch.tokens_per_image;) {
+      const int64_t pos = plan.image_position[j] + t;
+      const int64_t tokens = std::min(batch.tokens_per_image - t, chunk - pos % chunk);
+      const RowBlock block{j, t, tokens};
+      const int cp = cp_rank_of_position(pos, batch.seq_len, p.llm.cp);
+      for (int tp = 0; tp < p.llm.tp; ++tp) plan.forward[{sender, llm.rank({tp, cp, d, 0})}].push_back(block);
+      const int grad_sender = llm.rank({j % p.llm.tp, cp, d, 0});
+      for (int tp = 0; tp < p.encoder.tp; ++tp) plan.backward[{grad_sender, encoder.rank({tp, 0, e, 0})}].push_back(block);
+      t += tokens;
+    }
+  }
+  return plan;
+}
+
+}  // namespace hetpar
