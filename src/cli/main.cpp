@@ -4,13 +4,14 @@
 #include "cli/eval_command.hpp"
 #include "cli/train_command.hpp"
 #include "config/config_error.hpp"
+#include "util/build_info.hpp"
 #include "util/log.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"hetpar: heterogeneous-parallel multimodal LLM trainer and benchmark suite"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", std::string(HETPAR_VERSION " (commit " HETPAR_GIT_COMMIT
-                                                ", torch " HETPAR_TORCH_VERSION ")"));
+  app.set_version_flag("--version", std::string(hetpar::build_version()) + " (commit " + hetpar::build_commit() +
+                                        ", torch " + hetpar::build_torch_version() + ")");
   hetpar::TrainArgs train;
   hetpar::EvalArgs eval;
   CLI::App* train_cmd = hetpar::add_train_command(app, train);

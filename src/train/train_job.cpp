@@ -18,6 +18,7 @@
 #include "train/job_setup.hpp"
 #include "train/grad_sync.hpp"
 #include "train/multimodal_model.hpp"
+#include "util/build_info.hpp"
 #include "util/exit_codes.hpp"
 #include "util/log.hpp"
 
@@ -57,9 +58,9 @@ void set_learning_rate(torch::optim::AdamW& optimizer, double lr) {
 }
 
 nlohmann::json run_metadata(const RunConfig& config, const Runtime& runtime) {
-  return {{"hetpar_version", HETPAR_VERSION},
-          {"commit", HETPAR_GIT_COMMIT},
-          {"torch_version", HETPAR_TORCH_VERSION},
+  return {{"hetpar_version", build_version()},
+          {"commit", build_commit()},
+          {"torch_version", build_torch_version()},
           {"backend", runtime.backend()},
           {"device", "cpu"},
           {"world_size", runtime.world_size()},

@@ -1,0 +1,115 @@
+#include "boundary/boundary_exchange.hpp"
+
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <set>
+
+namespace hetpar {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::tensor_list;
+using Row = std::pair<int, int64_t>;
+
+// Sends rows `send_index` of `rows` per the route; returns a [out_rows, hidden]
+// tensor with each received row at its `recv_index`.
+at::Tensor move_rows(const at::Tensor& rows, const BoundaryExchange::Route& route, int64_t out_rows, Group& group) {
+  const at::Tensor send_index = at::tensor(route.send_index, at::kLong).to(rows.device());
+  const at::Tensor send = rows.index_select(0, send_index);
+  const at::Tensor got = group.all_to_all_v(send, route.send_counts, route.recv_counts);
+  const at::Tensor recv_index = at::tensor(route.recv_index, at::kLong).to(rows.device());
+  return at::zeros({out_rows, rows.size(1)}, rows.options()).index_copy(0, recv_index, got);
+}
+
+struct Exchange : torch::autograd::Function<Exchange> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& rows, const BoundaryExchange::Route* fwd,
+                            const BoundaryExchange::Route* bwd, int64_t out_rows, Group* group) {
+    ctx->saved_data["bwd"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(bwd));
+    ctx->saved_data["group"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(group));
+    ctx->saved_data["in_rows"] = rows.size(0);
+    return move_rows(rows, *fwd, out_rows, *group);
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    auto* bwd = reinterpret_cast<const BoundaryExchange::Route*>(static_cast<intptr_t>(ctx->saved_data["bwd"].toInt()));
+    auto* group = reinterpret_cast<Group*>(static_cast<intptr_t>(ctx->saved_data["group"].toInt()));
+    at::Tensor grad = move_rows(grads[0].contiguous(), *bwd, ctx->saved_data["in_rows"].toInt(), *group);
+    return {grad, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+// Orders a direction's blocks by peer, expanding them to row positions.
+BoundaryExchange::Route make_route(const Transfers& transfers, const Group& group, int me,
+                                   const std::function<int64_t(const Row&)>& send_pos,
+                                   const std::function<int64_t(const Row&)>& recv_pos) {
+  BoundaryExchange::Route route;
+  route.send_counts.assign(group.size(), 0);
+  route.recv_counts.assign(group.size(), 0);
+  for (int peer = 0; peer < group.size(); ++peer) {
+    const int peer_rank = group.ranks()[peer];
+    if (const auto it = transfers.find({me, peer_rank}); it != transfers.end()) {
+      for (const RowBlock& b : it->second) {
+        for (int64_t t = b.first_token; t < b.first_token + b.tokens; ++t) route.send_index.push_back(send_pos({b.image, t}));
+        route.send_counts[peer] += b.tokens;
+      }
+    }
+    if (const auto it = transfers.find({peer_rank, me}); it != transfers.end()) {
+      for (const RowBlock& b : it->second) {
+        for (int64_t t = b.first_token; t < b.first_token + b.tokens; ++t) route.recv_index.push_back(recv_pos({b.image, t}));
+        route.recv_counts[peer] += b.tokens;
+      }
+    }
+  }
+  return route;
+}
+
+}  // namespace
+
+BoundaryExchange::BoundaryExchange(const BoundaryPlan& plan, int64_t tokens_per_image, Group& group) : group_(group) {
+  const int me = group.ranks()[group.rank()];
+  // The rows this rank needs (as a forward receiver), in (image, token) order.
+  std::set<Row> needed;
+  for (const auto& [pair, blocks] : plan.forward) {
+    if (pair.second != me) continue;
+    for (const RowBlock& b : blocks) {
+      for (int64_t t = b.first_token; t < b.first_token + b.tokens; ++t) needed.insert({b.image, t});
+    }
+  }
+  needed_.assign(needed.begin(), needed.end());
+  std::map<Row, int64_t> needed_pos;
+  for (size_t i = 0; i < needed_.size(); ++i) needed_pos[needed_[i]] = static_cast<int64_t>(i);
+  auto llm_pos = [&](const Row& r) { return needed_pos.at(r); };
+
+  // As an encoder rank: which group's images it holds (the backward's receivers know).
+  int first_image = -1, images = 0;
+  for (const auto& [pair, blocks] : plan.backward) {
+    if (pair.second != me) continue;
+    for (const RowBlock& b : blocks) {
+      first_image = first_image < 0 ? b.image : std::min(first_image, b.image);
+    }
+  }
+  if (first_image >= 0) {
+    const int group_id = plan.image_encoder_dp[first_image];
+    first_image = static_cast<int>(std::find(plan.image_encoder_dp.begin(), plan.image_encoder_dp.end(), group_id) -
+                                   plan.image_encoder_dp.begin());
+    images = static_cast<int>(std::count(plan.image_encoder_dp.begin(), plan.image_encoder_dp.end(), group_id));
+  }
+  encoder_rows_ = images * tokens_per_image;
+  auto encoder_pos = [&](const Row& r) { return (r.first - first_image) * tokens_per_image + r.second; };
+
+  forward_ = make_route(plan.forward, group, me, encoder_pos, llm_pos);
+  backward_ = make_route(plan.backward, group, me, llm_pos, encoder_pos);
+}
+
+at::Tensor BoundaryExchange::forward(const at::Tensor& encoder_rows) {
+  if (encoder_rows.size(0) != encoder_rows_) {
+    throw std::invalid_argument("boundary exchange: this rank should pass " + std::to_string(encoder_rows_) +
+                                " encoder rows, got " + std::to_string(encoder_rows.size(0)));
+  }
+  return Exchange::apply(encoder_rows, &forward_, &backward_, needed_rows(), &group_);
+}
+
+}  // namespace hetpar

@@ -1,0 +1,49 @@
+// The boundary communicator on ranks: moves image embedding rows from the
+// encoder's layout to the LLM's as an autograd operation, following a
+// BoundaryPlan; its backward is the exact adjoint (each gradient row arrives
+// once at every encoder TP rank of its source group, assigned, not summed).
+// One all-to-all-v over a group spanning both modules serves colocated and
+// non-colocated placements alike.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <vector>
+
+#include "boundary/routing_plan.hpp"
+#include "dist/group.hpp"
+
+namespace hetpar {
+
+class BoundaryExchange {
+ public:
+  // `group` spans every rank of both modules, in job-rank order (the world).
+  BoundaryExchange(const BoundaryPlan& plan, int64_t tokens_per_image, Group& group);
+
+  // encoder_rows: on an encoder rank, the rows of its DP group's images in
+  // image order, [images * tokens_per_image, hidden]; elsewhere an empty
+  // [0, hidden] tensor that requires grad (so the backward reaches every rank).
+  // Returns the rows this rank needs as an LLM rank, in (image, token) order:
+  // [needed_rows(), hidden] (empty on encoder-only ranks). Every rank of the
+  // group must call it, and later take part in its backward.
+  at::Tensor forward(const at::Tensor& encoder_rows);
+
+  int64_t needed_rows() const { return static_cast<int64_t>(needed_.size()); }
+  // (image, token) of each returned row.
+  const std::vector<std::pair<int, int64_t>>& needed() const { return needed_; }
+
+  struct Route {            // one direction of the exchange, from this rank's view
+    std::vector<int64_t> send_index;   // local rows to send, grouped by peer in rank order
+    std::vector<int64_t> send_counts;  // per group rank
+    std::vector<int64_t> recv_index;   // where each received row goes, in arrival order
+    std::vector<int64_t> recv_counts;
+  };
+
+ private:
+  Group& group_;
+  std::vector<std::pair<int, int64_t>> needed_;
+  Route forward_, backward_;
+  int64_t encoder_rows_ = 0;  // rows this rank holds as an encoder rank
+};
+
+}  // namespace hetpar
