@@ -46,21 +46,23 @@ TEST(Cli, UnknownSubcommandOrOptionIsAUsageError) {
 
 // A config error is reported once, with file and key, before any rank starts.
 TEST(Cli, BadConfigExitsTwoBeforeLaunching) {
-  const auto [code, out] = run_command(kHetpar + " train " + kQuickstart + " --set layout.llm.tp=3");
+  const auto [code, out] = run_command(kHetpar + " train " + kQuickstart + " --set layout.llm.tp=3 --set layout.encoder.dp=3");
   EXPECT_EQ(code, 2) << out;
   EXPECT_TRUE(contains(out, "layout.llm.tp = 3")) << out;
-  EXPECT_TRUE(contains(out, "tiny.toml: encoder.heads")) << out;
+  EXPECT_TRUE(contains(out, "tiny.toml: llm.heads")) << out;
   EXPECT_FALSE(contains(out, "launching")) << out;
   EXPECT_FALSE(contains(out, "[rank")) << out;
 }
 
-// Placements the trainer cannot run yet are refused up front, not half-run.
-TEST(Cli, PlacementsWithoutTheBoundaryAreRefused) {
-  const auto [code, out] = run_command(kHetpar + " train " + kQuickstart +
-                                       " --set layout.placement=colocated --set layout.encoder.dp=2");
+// What the trainer cannot run yet is refused up front, not half-run.
+TEST(Cli, UnsupportedCombinationsAreRefused) {
+  auto [code, out] = run_command(kHetpar + " train " + kQuickstart +
+                                 " --set layout.placement=non-colocated --set layout.encoder.dp=1 --save-hf /tmp/x");
   EXPECT_EQ(code, 2) << out;
-  EXPECT_TRUE(contains(out, "layout.placement")) << out;
-  EXPECT_TRUE(contains(out, "boundary communicator")) << out;
+  EXPECT_TRUE(contains(out, "needs both modules on the same ranks")) << out;
+  std::tie(code, out) = run_command(kHetpar + " train " + kQuickstart + " --set layout.llm.cp=2 --set layout.encoder.dp=4");
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_TRUE(contains(out, "cp and pp must be 1")) << out;
 }
 
 TEST(Cli, MissingRunFileExitsTwo) {

@@ -69,6 +69,44 @@ TEST_F(TrainingParity, MicroBatchingAndDpSplitDoNotMatter) {
   EXPECT_LE(diff, kLossRtol);
 }
 
+// Heterogeneous layouts: the same model, data and seed as the uniform
+// single-rank run; the boundary only moves rows, so the loss curves agree.
+struct HeteroCase {
+  const char* name;
+  const char* sets;
+};
+void PrintTo(const HeteroCase& c, std::ostream* os) { *os << c.name; }
+
+class HeteroParity : public TrainingParity, public ::testing::WithParamInterface<HeteroCase> {};
+
+TEST_P(HeteroParity, MatchesTheUniformBaseline) {
+  const auto run = train(GetParam().name, GetParam().sets);
+  ASSERT_EQ(run.size(), 20u);
+  const double diff = max_relative_loss_difference(run, *reference_);
+  std::printf("%s vs uniform 1 rank: max relative loss difference over 20 steps %.3g\n", GetParam().name, diff);
+  EXPECT_LE(diff, kLossRtol);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Placements, HeteroParity,
+    ::testing::Values(
+        HeteroCase{"coloc_enc_dp2_llm_tp2", "--set layout.placement=colocated --set layout.encoder.dp=2 --set layout.llm.tp=2"},
+        HeteroCase{"coloc_enc_tp2_llm_dp2", "--set layout.placement=colocated --set layout.encoder.tp=2 --set layout.llm.dp=2 --set data.micro_batch_size=1"},
+        HeteroCase{"noncoloc_1_to_tp2", "--set layout.placement=non-colocated --set layout.llm.tp=2"},
+        HeteroCase{"noncoloc_fan_in_2_to_1", "--set layout.placement=non-colocated --set layout.encoder.dp=2"},
+        HeteroCase{"noncoloc_3_to_2", "--set layout.placement=non-colocated --set layout.encoder.dp=3 --set layout.llm.dp=2 --set data.micro_batch_size=1"},
+        HeteroCase{"noncoloc_fan_out_1_to_2_tp2", "--set layout.placement=non-colocated --set layout.encoder.tp=2 --set layout.llm.dp=2 --set data.micro_batch_size=1"}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+TEST_F(TrainingParity, FrozenEncoderColocatedMatchesFrozenUniform) {
+  const auto uniform = train("frozen_uniform", "--set encoder.frozen=true --set data.micro_batch_size=2");
+  const auto colocated = train("frozen_coloc", "--set encoder.frozen=true --set layout.placement=colocated "
+                                               "--set layout.encoder.dp=2 --set layout.llm.tp=2");
+  const double diff = max_relative_loss_difference(colocated, uniform);
+  std::printf("frozen encoder, colocated vs uniform: max relative loss difference %.3g\n", diff);
+  EXPECT_LE(diff, kLossRtol);
+}
+
 TEST_F(TrainingParity, FrozenEncoderTrainsDifferently) {
   const auto run = train("frozen", "--set encoder.frozen=true --set data.micro_batch_size=2");
   ASSERT_EQ(run.size(), 20u);

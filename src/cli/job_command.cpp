@@ -17,11 +17,6 @@ std::string self_executable() {
 
 // What the trainer can run today; the config format already describes more.
 void check_trainer_supports(const RunConfig& c) {
-  if (c.placement.placement != Placement::Uniform) {
-    throw ConfigError(c.source_file, "layout.placement",
-                      "\"" + to_string(c.placement.placement) +
-                          "\" needs the boundary communicator, which this build does not have yet; use \"uniform\"");
-  }
   for (const auto& [module, layout] : {std::pair{"encoder", c.placement.encoder}, std::pair{"llm", c.placement.llm}}) {
     if (layout.cp > 1 || layout.pp > 1) {
       throw ConfigError(c.source_file, std::string("layout.") + module,
@@ -44,7 +39,7 @@ void add_job_options(CLI::App& cmd, JobArgs& args) {
 }
 
 int run_job(const std::string& subcommand, const JobArgs& args, const std::vector<std::string>& rank_args,
-            const std::function<int(const RunConfig&, const LaunchEnv&)>& rank_main) {
+            const std::function<int(const RunConfig&, const LaunchEnv&)>& rank_main, bool needs_full_model) {
   std::optional<LaunchEnv> env;
   RunConfig config;
   try {
@@ -55,6 +50,11 @@ int run_job(const std::string& subcommand, const JobArgs& args, const std::vecto
   try {
     config = load_run_config(args.config, args.overrides);
     check_trainer_supports(config);
+    if (needs_full_model && config.placement.placement == Placement::NonColocated) {
+      throw ConfigError(config.source_file, "layout.placement",
+                        "reading or writing a transformers checkpoint needs both modules on the same ranks "
+                        "(uniform or colocated), got non-colocated");
+    }
     if (env && args.nproc && args.nproc != env->world_size) {
       throw ConfigError("--nproc", "--nproc",
                         "the launcher started " + std::to_string(env->world_size) + " ranks; drop --nproc");

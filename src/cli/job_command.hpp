@@ -26,7 +26,9 @@ void add_job_options(CLI::App& cmd, JobArgs& args);
 // Loads and checks the config (exit 2 on error). Without a launch environment
 // it spawns the ranks, each re-running `subcommand` with `rank_args` appended;
 // inside a rank it runs `rank_main`. Returns the exit code.
+// `needs_full_model`: the subcommand reads or writes whole checkpoints, which
+// needs both modules on rank 0 (uniform or colocated placement).
 int run_job(const std::string& subcommand, const JobArgs& args, const std::vector<std::string>& rank_args,
-            const std::function<int(const RunConfig&, const LaunchEnv&)>& rank_main);
+            const std::function<int(const RunConfig&, const LaunchEnv&)>& rank_main, bool needs_full_model = false);
 
 }  // namespace hetpar

@@ -23,7 +23,7 @@ int run_train(const TrainArgs& args) {
     TrainOutputs outputs = args.outputs;
     if (outputs.out_dir.empty()) outputs.out_dir = "results/runs/" + config.run.name;
     return run_train_job(config, env, outputs);
-  });
+  }, !args.outputs.init_hf.empty() || !args.outputs.save_hf.empty());
 }
 
 }  // namespace hetpar

@@ -51,9 +51,9 @@ LlamaModel::LlamaModel(const LlmConfig& c, uint64_t seed, Group& tp) : config_(c
 
 at::Tensor LlamaModel::forward(const at::Tensor& ids, const at::Tensor& image_rows, const at::Tensor& image_mask) {
   at::Tensor x = embed_->forward(ids);
-  if (image_rows.defined() && image_rows.size(0) > 0) {
-    x = x.masked_scatter(image_mask.unsqueeze(-1), image_rows);
-  }
+  // Splice even zero rows: the boundary's backward must run on every rank,
+  // also on one whose samples hold no image in this micro-batch.
+  if (image_rows.defined()) x = x.masked_scatter(image_mask.unsqueeze(-1), image_rows);
   const int64_t s = ids.size(1);
   const at::Tensor cos = rope_cos_.narrow(0, 0, s), sin = rope_sin_.narrow(0, 0, s);
   for (auto& block : blocks_) x = block->forward(x, cos, sin);

@@ -47,7 +47,7 @@ int run_eval_job(const RunConfig& config, const LaunchEnv& env, const std::strin
   JobGroups groups(runtime, config.placement);
   Group& encoder_tp = groups.encoder().get(GroupKind::kTp);
   Group& llm_tp = groups.llm().get(GroupKind::kTp);
-  MultimodalModel model(config, encoder_tp, llm_tp);
+  MultimodalModel model(config, &encoder_tp, &llm_tp);
   load_hf(model, encoder_tp, llm_tp, init_hf);
   const MicroBatch b = read_hf_batch(batch, config);
   at::NoGradGuard no_grad;

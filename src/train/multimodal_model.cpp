@@ -39,27 +39,31 @@ MultimodalModel::ParameterSets trainable_sets(const std::vector<MultimodalModel:
 
 }  // namespace
 
-MultimodalModel::MultimodalModel(const RunConfig& c, Group& encoder_tp, Group& llm_tp)
-    : encoder(std::make_shared<VisionEncoder>(c.encoder, c.run.seed, encoder_tp)),
-      projector(make_projector(c.encoder, c.llm, c.run.seed, encoder_tp)),
-      llm(std::make_shared<LlamaModel>(c.llm, c.run.seed, llm_tp)),
-      encoder_frozen_(c.encoder.frozen) {
-  if (encoder_frozen_) {
-    for (at::Tensor& p : encoder->parameters()) p.set_requires_grad(false);
+MultimodalModel::MultimodalModel(const RunConfig& c, Group* encoder_tp, Group* llm_tp)
+    : llm_hidden_(c.llm.hidden), encoder_frozen_(c.encoder.frozen) {
+  if (encoder_tp) {
+    encoder = std::make_shared<VisionEncoder>(c.encoder, c.run.seed, *encoder_tp);
+    projector = make_projector(c.encoder, c.llm, c.run.seed, *encoder_tp);
+    if (encoder_frozen_) {
+      for (at::Tensor& p : encoder->parameters()) p.set_requires_grad(false);
+    }
   }
+  if (llm_tp) llm = std::make_shared<LlamaModel>(c.llm, c.run.seed, *llm_tp);
+}
+
+at::Tensor MultimodalModel::encode(const at::Tensor& pixels) {
+  if (pixels.size(0) == 0) return at::zeros({0, llm_hidden_}).set_requires_grad(true);
+  at::Tensor features;
+  {
+    std::optional<at::NoGradGuard> no_grad;  // a frozen encoder records no graph
+    if (encoder_frozen_) no_grad.emplace();
+    features = encoder->forward(pixels);
+  }
+  return projector->forward(features).reshape({-1, llm_hidden_});
 }
 
 at::Tensor MultimodalModel::loss_sum(const MicroBatch& b) {
-  at::Tensor rows;
-  if (b.images > 0) {
-    at::Tensor features;
-    {
-      std::optional<at::NoGradGuard> no_grad;  // a frozen encoder records no graph
-      if (encoder_frozen_) no_grad.emplace();
-      features = encoder->forward(b.pixels);
-    }
-    rows = projector->forward(features).reshape({-1, llm->hidden()});
-  }
+  const at::Tensor rows = encode(b.pixels);
   const at::Tensor logits = llm->forward(b.ids, rows, b.image_mask);
   return llm->loss_sum(logits, b.targets);
 }
@@ -81,6 +85,7 @@ std::vector<MultimodalModel::NamedParameter> MultimodalModel::named_parameters()
   const std::pair<const char*, torch::nn::Module*> modules[] = {
       {"encoder.", encoder.get()}, {"projector.", projector.get()}, {"llm.", llm.get()}};
   for (const auto& [prefix, module] : modules) {
+    if (module == nullptr) continue;  // not on this rank (non-colocated)
     const auto dims = shard_dims(*module);
     for (const auto& item : module->named_parameters()) {
       const auto it = dims.find(item.value().unsafeGetTensorImpl());

@@ -15,9 +15,16 @@ namespace hetpar {
 
 class MultimodalModel {
  public:
-  MultimodalModel(const RunConfig& config, Group& encoder_tp, Group& llm_tp);
+  // A module is built only where its TP group is given: a non-colocated rank
+  // holds the encoder and projector, or the LLM.
+  MultimodalModel(const RunConfig& config, Group* encoder_tp, Group* llm_tp);
 
-  // Sum over the micro-batch's target tokens of the token cross-entropy.
+  // Pixels [K, C, H, W] -> embedding rows [K * tokens_per_image, llm hidden],
+  // image by image. No images: an empty leaf that requires grad, so the
+  // boundary's backward still runs on this rank.
+  at::Tensor encode(const at::Tensor& pixels);
+  // Both modules on this rank's samples (the uniform layout): the sum over the
+  // micro-batch's target tokens of the token cross-entropy.
   at::Tensor loss_sum(const MicroBatch& batch);
 
   // Trainable parameters (the encoder's only when it is not frozen).
@@ -40,11 +47,12 @@ class MultimodalModel {
   };
   std::vector<NamedParameter> named_parameters() const;
 
-  std::shared_ptr<VisionEncoder> encoder;
+  std::shared_ptr<VisionEncoder> encoder;  // null where the rank holds no encoder
   std::shared_ptr<GeluMlp> projector;
-  std::shared_ptr<LlamaModel> llm;
+  std::shared_ptr<LlamaModel> llm;         // null where the rank holds no LLM
 
  private:
+  int64_t llm_hidden_;
   bool encoder_frozen_;
 };
 

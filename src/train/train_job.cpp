@@ -16,6 +16,7 @@
 #include "dist/runtime.hpp"
 #include "interop/hf_llava.hpp"
 #include "train/job_setup.hpp"
+#include "train/boundary_step.hpp"
 #include "train/grad_sync.hpp"
 #include "train/multimodal_model.hpp"
 #include "util/build_info.hpp"
@@ -79,21 +80,25 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
   JobGroups groups(runtime, config.placement);
   ModuleGroups& llm = groups.llm();
   ModuleGroups& encoder = groups.encoder();
-  Group& tp = llm.get(GroupKind::kTp);
-  Group& dp = llm.get(GroupKind::kDp);
+  Group* encoder_tp = encoder.active() ? &encoder.get(GroupKind::kTp) : nullptr;
+  Group* llm_tp = llm.active() ? &llm.get(GroupKind::kTp) : nullptr;
   const bool leader = runtime.rank() == 0;
+  const bool uniform = config.placement.placement == Placement::Uniform;
 
-  MultimodalModel model(config, encoder.get(GroupKind::kTp), tp);
-  if (!outputs.init_hf.empty()) load_hf(model, encoder.get(GroupKind::kTp), tp, outputs.init_hf);
+  MultimodalModel model(config, encoder_tp, llm_tp);
+  if (!outputs.init_hf.empty()) load_hf(model, *encoder_tp, *llm_tp, outputs.init_hf);
   const std::vector<at::Tensor> params = model.trainable_parameters();
   torch::optim::AdamW optimizer = make_optimizer(params, config.optim);
   const SyntheticData data(config.encoder, config.llm, config.data, static_cast<uint64_t>(config.run.seed));
   const auto encoder_params = model.encoder_side(), llm_params = model.llm_side();
-  const std::vector<NormShare> norm_shares{
-      {&encoder_params, encoder.coord().dp == 0, encoder.coord().tp == 0},
-      {&llm_params, llm.coord().dp == 0, llm.coord().tp == 0}};
+  std::vector<at::Tensor> encoder_trainable = encoder_params.sharded, llm_trainable = llm_params.sharded;
+  encoder_trainable.insert(encoder_trainable.end(), encoder_params.replicated.begin(), encoder_params.replicated.end());
+  llm_trainable.insert(llm_trainable.end(), llm_params.replicated.begin(), llm_params.replicated.end());
+  std::vector<NormShare> norm_shares;
+  if (encoder.active()) norm_shares.push_back({&encoder_params, encoder.coord().dp == 0, encoder.coord().tp == 0});
+  if (llm.active()) norm_shares.push_back({&llm_params, llm.coord().dp == 0, llm.coord().tp == 0});
 
-  const int64_t samples_per_rank = config.data.global_batch_size / dp.size();
+  const int64_t samples_per_rank = config.data.global_batch_size / config.placement.llm.dp;
   const int64_t micro_batches = samples_per_rank / config.data.micro_batch_size;
   const int64_t tokens_per_step = config.data.global_batch_size * config.llm.seq_len;
 
@@ -121,18 +126,24 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
     const double target_tokens = static_cast<double>(data.target_tokens(step));
     double local_loss = 0;
     for (int64_t m = 0; m < micro_batches; ++m) {
+      if (!uniform) {
+        local_loss += boundary_micro_batch(model, data, config, groups, runtime.world(), step, m, target_tokens);
+        continue;
+      }
       const int64_t first = llm.coord().dp * samples_per_rank + m * config.data.micro_batch_size;
       const MicroBatch batch = data.micro_batch(step, first, config.data.micro_batch_size);
       at::Tensor loss = model.loss_sum(batch) / target_tokens;
       loss.backward();
-      local_loss += loss.item<double>();
+      if (llm.coord().tp == 0) local_loss += loss.item<double>();  // TP peers hold the same loss
     }
-    all_reduce_gradients(params, dp);
+    // Each module sums its gradients over its own DP group.
+    if (encoder.active()) all_reduce_gradients(encoder_trainable, encoder.get(GroupKind::kDp));
+    if (llm.active()) all_reduce_gradients(llm_trainable, llm.get(GroupKind::kDp));
     const double grad_norm = global_grad_norm(runtime.world(), norm_shares);
     clip_gradients(params, grad_norm, config.optim.grad_clip);
     optimizer.step();
     at::Tensor loss = at::full({1}, local_loss, at::kDouble);
-    dp.all_reduce(loss);  // TP ranks of a replica hold the same loss: sum over replicas only
+    runtime.world().all_reduce(loss);  // one share per LLM replica: the step's loss
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     if (step > 1) timed_seconds += seconds;
     if (leader) {
@@ -148,7 +159,7 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
     }
   }
   if (!outputs.save_hf.empty()) {
-    save_hf(config, model, encoder.get(GroupKind::kTp), tp, leader, outputs.save_hf);
+    save_hf(config, model, *encoder_tp, *llm_tp, leader, outputs.save_hf);
     if (leader) log_info("wrote a transformers LLaVA model to {}/", outputs.save_hf);
   }
   if (leader) {
