@@ -2,6 +2,9 @@
 
 #include <sys/wait.h>
 
+#include <ATen/ATen.h>
+#include <fmt/ranges.h>
+
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -62,6 +65,33 @@ LaunchResult run_workers(const std::string& name, int nproc, const WorkerOptions
   auto failure = ::testing::AssertionFailure() << describe_failure(result) << "\n";
   for (const auto& r : result.ranks) failure << "---- rank " << r.rank << " ----\n" << r.output;
   return failure;
+}
+
+void expect_close(const at::Tensor& got, const at::Tensor& want, const std::string& what, double rtol, double atol) {
+  require(got.sizes() == want.sizes(), "{}: shape [{}] vs [{}]", what, fmt::join(got.sizes(), ","),
+          fmt::join(want.sizes(), ","));
+  const double diff = (got - want).abs().max().item<double>();
+  const double scale = want.abs().max().item<double>();
+  require(diff <= atol + rtol * scale, "{}: max |diff| {:.3g} vs max |ref| {:.3g}", what, diff, scale);
+}
+
+void PrintTo(const PlacementCase& c, std::ostream* os) { *os << c.name; }
+
+LaunchResult run_placement_workers(const std::string& worker, const PlacementCase& c) {
+  WorkerOptions options;
+  options.env = {{"TEST_PLACEMENT", c.placement}, {"TEST_ENCODER", c.encoder}, {"TEST_LLM", c.llm}};
+  return run_workers(worker, c.world, options);
+}
+
+ModulePlacement placement_from_env() {
+  auto layout = [](const char* var) {
+    Layout l;
+    std::sscanf(std::getenv(var), "%d,%d,%d,%d", &l.tp, &l.cp, &l.pp, &l.dp);
+    return l;
+  };
+  Placement p;
+  if (!parse_placement(std::getenv("TEST_PLACEMENT"), p)) throw std::runtime_error("bad TEST_PLACEMENT");
+  return resolve_placement(p, layout("TEST_ENCODER"), layout("TEST_LLM"));
 }
 
 std::pair<int, std::string> run_command(const std::string& command) {

@@ -12,7 +12,10 @@
 #include <utility>
 #include <vector>
 
+#include <ATen/core/Tensor.h>
+
 #include "dist/runtime.hpp"
+#include "parallel/placement.hpp"
 #include "launch/local_launcher.hpp"
 
 namespace hetpar::test {
@@ -45,6 +48,24 @@ template <typename... Args>
 void require(bool ok, fmt::format_string<Args...> f, Args&&... args) {
   if (!ok) throw std::runtime_error(fmt::format(f, std::forward<Args>(args)...));
 }
+
+// Inside a worker: |got - want| <= atol + rtol * max|want|, else throws with both magnitudes.
+void expect_close(const at::Tensor& got, const at::Tensor& want, const std::string& what, double rtol = 1e-5,
+                  double atol = 1e-6);
+
+// A job placement handed to a worker through the environment.
+struct PlacementCase {
+  const char* name;
+  const char* placement;  // "colocated", "non-colocated", "uniform"
+  const char* encoder;    // "tp,cp,pp,dp"
+  const char* llm;
+  int world;
+};
+void PrintTo(const PlacementCase& c, std::ostream* os);
+// Runs `worker` on c.world ranks with the case in their environment.
+LaunchResult run_placement_workers(const std::string& worker, const PlacementCase& c);
+// Inside such a worker: the case's placement, resolved.
+ModulePlacement placement_from_env();
 
 // Runs a shell command, returns (exit code, stdout+stderr).
 std::pair<int, std::string> run_command(const std::string& command);

@@ -15,21 +15,13 @@ namespace {
 
 constexpr int64_t kHidden = 3, kTokens = 5, kSeqLen = 48;
 
-Layout layout_from(const char* var) {
-  Layout l;
-  std::sscanf(std::getenv(var), "%d,%d,%d,%d", &l.tp, &l.cp, &l.pp, &l.dp);
-  return l;
-}
-
 // Row (image j, token t) as the encoder computes it, and its gradient as the LLM does.
 at::Tensor value(int j, int64_t t, double salt) {
   return at::arange(kHidden, at::kFloat) + static_cast<float>(1000 * j + 10 * t) + static_cast<float>(salt);
 }
 
 HETPAR_WORKER(boundary_exchange) {
-  Placement placement;
-  parse_placement(std::getenv("TEST_PLACEMENT"), placement);
-  const ModulePlacement p = resolve_placement(placement, layout_from("TEST_ENCODER"), layout_from("TEST_LLM"));
+  const ModulePlacement p = placement_from_env();
   // 6 ragged samples: 0 to 3 images each.
   const BoundaryBatch batch{kSeqLen, kTokens, {{1}, {}, {2, 20, 40}, {1}, {}, {9, 30}}};
   const BoundaryPlan plan = plan_boundary(p, batch);
@@ -65,32 +57,20 @@ HETPAR_WORKER(boundary_exchange) {
   }
 }
 
-struct Case {
-  const char* name;
-  const char* placement;
-  const char* encoder;  // tp,cp,pp,dp
-  const char* llm;
-  int world;
-};
-void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
-
-class BoundaryOnRanks : public ::testing::TestWithParam<Case> {};
+class BoundaryOnRanks : public ::testing::TestWithParam<PlacementCase> {};
 
 TEST_P(BoundaryOnRanks, ForwardAndBackwardExact) {
-  const Case& c = GetParam();
-  WorkerOptions options;
-  options.env = {{"TEST_PLACEMENT", c.placement}, {"TEST_ENCODER", c.encoder}, {"TEST_LLM", c.llm}};
-  EXPECT_TRUE(all_ranks_succeeded(run_workers("boundary_exchange", c.world, options)));
+  EXPECT_TRUE(all_ranks_succeeded(run_placement_workers("boundary_exchange", GetParam())));
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Layouts, BoundaryOnRanks,
-    ::testing::Values(Case{"fan_in_4_to_1_noncolocated", "non-colocated", "1,1,1,4", "2,1,1,1", 6},
-                      Case{"fan_out_1_to_2_colocated_enc_tp2", "colocated", "2,1,1,1", "1,1,1,2", 2},
-                      Case{"dp3_to_dp2_colocated", "colocated", "2,1,1,3", "3,1,1,2", 6},
-                      Case{"dp2_to_dp3_noncolocated", "non-colocated", "1,1,1,2", "1,1,1,3", 5},
-                      Case{"llm_cp2_colocated", "colocated", "1,1,1,4", "1,2,1,2", 4},
-                      Case{"uniform_tp2", "uniform", "1,1,1,1", "2,1,1,1", 2}),
+    ::testing::Values(PlacementCase{"fan_in_4_to_1_noncolocated", "non-colocated", "1,1,1,4", "2,1,1,1", 6},
+                      PlacementCase{"fan_out_1_to_2_colocated_enc_tp2", "colocated", "2,1,1,1", "1,1,1,2", 2},
+                      PlacementCase{"dp3_to_dp2_colocated", "colocated", "2,1,1,3", "3,1,1,2", 6},
+                      PlacementCase{"dp2_to_dp3_noncolocated", "non-colocated", "1,1,1,2", "1,1,1,3", 5},
+                      PlacementCase{"llm_cp2_colocated", "colocated", "1,1,1,4", "1,2,1,2", 4},
+                      PlacementCase{"uniform_tp2", "uniform", "1,1,1,1", "2,1,1,1", 2}),
     [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -13,16 +13,8 @@
 namespace hetpar::test {
 namespace {
 
-constexpr double kRtol = 1e-5, kAtol = 1e-6;
 constexpr uint64_t kSeed = 1234;
 
-void expect_close(const at::Tensor& got, const at::Tensor& want, const std::string& what) {
-  require(got.sizes() == want.sizes(), "{}: shape [{}] vs [{}]", what, fmt::join(got.sizes(), ","),
-          fmt::join(want.sizes(), ","));
-  const double diff = (got - want).abs().max().item<double>();
-  const double scale = want.abs().max().item<double>();
-  require(diff <= kAtol + kRtol * scale, "{}: max |diff| {:.3g} vs max |ref| {:.3g}", what, diff, scale);
-}
 
 // A sharded parameter differs from the full one in exactly one dimension.
 at::Tensor my_shard_of(const at::Tensor& full, const at::Tensor& local, const Group& tp) {

@@ -9,17 +9,6 @@
 namespace hetpar::test {
 namespace {
 
-ModulePlacement placement_from_env() {
-  auto layout = [](const char* var) {
-    Layout l;
-    std::sscanf(std::getenv(var), "%d,%d,%d,%d", &l.tp, &l.cp, &l.pp, &l.dp);
-    return l;
-  };
-  Placement p;
-  if (!parse_placement(std::getenv("TEST_PLACEMENT"), p)) throw std::runtime_error("bad TEST_PLACEMENT");
-  return resolve_placement(p, layout("TEST_ENCODER"), layout("TEST_LLM"));
-}
-
 HETPAR_WORKER(job_groups) {
   const ModulePlacement placement = placement_from_env();
   JobGroups groups(rt, placement);
@@ -49,32 +38,19 @@ HETPAR_WORKER(mismatched_group_lists) {
   rt.create_groups(specs);
 }
 
-struct Case {
-  const char* name;
-  const char* placement;
-  const char* encoder;  // tp,cp,pp,dp
-  const char* llm;
-  int world;
-};
-
-void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
-
-class JobGroupsOnRanks : public ::testing::TestWithParam<Case> {};
+class JobGroupsOnRanks : public ::testing::TestWithParam<PlacementCase> {};
 
 TEST_P(JobGroupsOnRanks, MembershipAndConnectivity) {
-  const Case& c = GetParam();
-  WorkerOptions options;
-  options.env = {{"TEST_PLACEMENT", c.placement}, {"TEST_ENCODER", c.encoder}, {"TEST_LLM", c.llm}};
-  EXPECT_TRUE(all_ranks_succeeded(run_workers("job_groups", c.world, options)));
+  EXPECT_TRUE(all_ranks_succeeded(run_placement_workers("job_groups", GetParam())));
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Placements, JobGroupsOnRanks,
-    ::testing::Values(Case{"colocated_dp4_vs_tp2dp2", "colocated", "1,1,1,4", "2,1,1,2", 4},
-                      Case{"colocated_tp2_vs_tp1cp2pp2", "colocated", "2,1,1,2", "1,2,2,1", 4},
-                      Case{"noncolocated_1_plus_3", "non-colocated", "1,1,1,1", "1,1,1,3", 4},
-                      Case{"noncolocated_2_plus_2", "non-colocated", "1,1,1,2", "2,1,1,1", 4},
-                      Case{"uniform_tp2", "uniform", "1,1,1,1", "2,1,1,1", 2}),
+    ::testing::Values(PlacementCase{"colocated_dp4_vs_tp2dp2", "colocated", "1,1,1,4", "2,1,1,2", 4},
+                      PlacementCase{"colocated_tp2_vs_tp1cp2pp2", "colocated", "2,1,1,2", "1,2,2,1", 4},
+                      PlacementCase{"noncolocated_1_plus_3", "non-colocated", "1,1,1,1", "1,1,1,3", 4},
+                      PlacementCase{"noncolocated_2_plus_2", "non-colocated", "1,1,1,2", "2,1,1,1", 4},
+                      PlacementCase{"uniform_tp2", "uniform", "1,1,1,1", "2,1,1,1", 2}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(JobGroups, MismatchedListsFailInsteadOfHanging) {

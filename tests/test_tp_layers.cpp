@@ -15,15 +15,7 @@
 namespace hetpar::test {
 namespace {
 
-constexpr double kRtol = 1e-5, kAtol = 1e-6;
 
-void expect_close(const at::Tensor& got, const at::Tensor& want, const std::string& what) {
-  require(got.sizes() == want.sizes(), "{}: shape [{}] vs [{}]", what, fmt::join(got.sizes(), ","),
-          fmt::join(want.sizes(), ","));
-  const double diff = (got - want).abs().max().item<double>();
-  const double scale = want.abs().max().item<double>();
-  require(diff <= kAtol + kRtol * scale, "{}: max |diff| {:.3g} vs max |ref| {:.3g}", what, diff, scale);
-}
 
 at::Tensor leaf(const at::Tensor& t) { return t.detach().clone().set_requires_grad(true); }
 at::Tensor data(const std::string& name, at::IntArrayRef shape) { return init_normal(7, name, shape, 1.0); }

@@ -5,6 +5,8 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include <unistd.h>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -20,7 +22,8 @@ namespace {
 constexpr double kLossRtol = 1e-5;
 
 std::vector<nlohmann::json> train(const std::string& tag, const std::string& sets) {
-  const std::string dir = ::testing::TempDir() + "/train_" + tag;
+  // ctest runs tests in parallel processes: each gets its own folders.
+  const std::string dir = ::testing::TempDir() + "/train_" + tag + "_" + std::to_string(getpid());
   std::filesystem::remove_all(dir);
   const auto [code, out] = run_command(std::string(HETPAR_BINARY) + " train " HETPAR_SOURCE_DIR
                                        "/workloads/tiny.toml --set run.steps=20 --set data.global_batch_size=4 " +
@@ -41,15 +44,22 @@ double max_relative_loss_difference(const std::vector<nlohmann::json>& a, const 
   return worst;
 }
 
+// The uniform single-rank run every layout is compared with; computed once per
+// process, inside a test body so that a failure fails the test (a failure in
+// a suite's set-up would only mark its tests skipped).
+const std::vector<nlohmann::json>& reference_run() {
+  static const std::vector<nlohmann::json> run = train("reference", "--set data.micro_batch_size=2");
+  return run;
+}
+
 class TrainingParity : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    reference_ = new std::vector<nlohmann::json>(train("reference", "--set data.micro_batch_size=2"));
+  void SetUp() override {
+    reference_ = &reference_run();
+    ASSERT_EQ(reference_->size(), 20u) << "the reference run failed";
   }
-  static void TearDownTestSuite() { delete reference_; }
-  static std::vector<nlohmann::json>* reference_;
+  const std::vector<nlohmann::json>* reference_ = nullptr;
 };
-std::vector<nlohmann::json>* TrainingParity::reference_ = nullptr;
 
 TEST_F(TrainingParity, Tp2Dp2MatchesOneRank) {
   const auto run = train("tp2dp2", "--set layout.llm.tp=2 --set layout.llm.dp=2 --set data.micro_batch_size=1");
@@ -64,6 +74,7 @@ TEST_F(TrainingParity, Tp2Dp2MatchesOneRank) {
 
 TEST_F(TrainingParity, MicroBatchingAndDpSplitDoNotMatter) {
   const auto run = train("tp1dp2", "--set layout.llm.dp=2 --set data.micro_batch_size=1");
+  ASSERT_EQ(run.size(), 20u);
   const double diff = max_relative_loss_difference(run, *reference_);
   std::printf("dp2 with micro-batches of 1 vs 1 rank: max relative loss difference %.3g\n", diff);
   EXPECT_LE(diff, kLossRtol);
@@ -102,6 +113,8 @@ TEST_F(TrainingParity, FrozenEncoderColocatedMatchesFrozenUniform) {
   const auto uniform = train("frozen_uniform", "--set encoder.frozen=true --set data.micro_batch_size=2");
   const auto colocated = train("frozen_coloc", "--set encoder.frozen=true --set layout.placement=colocated "
                                                "--set layout.encoder.dp=2 --set layout.llm.tp=2");
+  ASSERT_EQ(colocated.size(), 20u);
+  ASSERT_EQ(uniform.size(), 20u);
   const double diff = max_relative_loss_difference(colocated, uniform);
   std::printf("frozen encoder, colocated vs uniform: max relative loss difference %.3g\n", diff);
   EXPECT_LE(diff, kLossRtol);

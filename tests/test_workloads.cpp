@@ -1,6 +1,7 @@
 // Every workload piece and run file in workloads/ loads and validates, alone
 // and combined; the paper-scale shapes keep their real constraints.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -24,8 +25,9 @@ std::vector<fs::path> tomls(const fs::path& dir) {
 
 // A run file including one encoder and one LLM piece, written beside the test.
 std::string combined_run(const fs::path& encoder, const fs::path& llm) {
-  const fs::path file = fs::path(::testing::TempDir()) /
-                        (encoder.stem().string() + "__" + llm.stem().string() + ".toml");
+  // Unique per process: ctest runs the tests of this file in parallel.
+  const fs::path file = fs::path(::testing::TempDir()) / (encoder.stem().string() + "__" + llm.stem().string() +
+                                                          "_" + std::to_string(getpid()) + ".toml");
   std::ofstream(file) << "include = [\"" << encoder.string() << "\", \"" << llm.string() << "\"]\n";
   return file.string();
 }
