@@ -98,6 +98,32 @@ TEST(Cli, LocalRunWritesResults) {
   EXPECT_TRUE(std::filesystem::exists(dir + "/config.toml"));
 }
 
+// `compare`: within tolerance -> 0, past it -> 1, unreadable -> 2.
+TEST(Cli, CompareExitCodes) {
+  const std::string dir = ::testing::TempDir() + "/compare_" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  auto write = [&](const std::string& name, const std::vector<double>& losses) {
+    std::ofstream out(dir + "/" + name);
+    for (size_t i = 0; i < losses.size(); ++i) out << "{\"step\": " << i + 1 << ", \"loss\": " << losses[i] << "}\n";
+    return dir + "/" + name;
+  };
+  const std::string ref = write("ref.jsonl", {6.0, 5.0, 4.0});
+  const std::string close = write("close.jsonl", {6.0, 5.00001, 4.0});  // 2e-6 relative at step 2
+  const std::string far = write("far.jsonl", {6.0, 5.0, 4.1});          // 2.5e-2 relative at step 3
+  auto [code, out] = run_command(kHetpar + " compare " + close + " " + ref);
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_TRUE(contains(out, "3 steps compared")) << out;
+  std::tie(code, out) = run_command(kHetpar + " compare " + far + " " + ref);
+  EXPECT_EQ(code, 1) << out;
+  EXPECT_TRUE(contains(out, "(step 3)")) << out;
+  EXPECT_EQ(run_command(kHetpar + " compare " + far + " " + ref + " --rtol 0.03").first, 0);
+  EXPECT_EQ(run_command(kHetpar + " compare " + dir + "/missing.jsonl " + ref).first, 2);
+  std::ofstream(dir + "/bad.jsonl") << "{\"step\": 1}\n";
+  std::tie(code, out) = run_command(kHetpar + " compare " + dir + "/bad.jsonl " + ref);
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_TRUE(contains(out, "bad.jsonl:1")) << out;
+}
+
 // Slurm: ranks from SLURM_PROCID/SLURM_NTASKS; rank 0 hosts the store.
 TEST(Cli, SlurmVariablesWithRankZeroHostingTheStore) {
   const std::string dir = ::testing::TempDir() + "/cli_slurm";

@@ -1,6 +1,7 @@
 // hetpar: one executable, one subcommand per job kind.
 #include <CLI/CLI.hpp>
 
+#include "cli/compare_command.hpp"
 #include "cli/eval_command.hpp"
 #include "cli/train_command.hpp"
 #include "config/config_error.hpp"
@@ -16,6 +17,8 @@ int main(int argc, char** argv) {
   hetpar::EvalArgs eval;
   CLI::App* train_cmd = hetpar::add_train_command(app, train);
   CLI::App* eval_cmd = hetpar::add_eval_command(app, eval);
+  hetpar::CompareArgs compare;
+  CLI::App* compare_cmd = hetpar::add_compare_command(app, compare);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -25,6 +28,7 @@ int main(int argc, char** argv) {
   try {
     if (train_cmd->parsed()) return hetpar::run_train(train);
     if (eval_cmd->parsed()) return hetpar::run_eval(eval);
+    if (compare_cmd->parsed()) return hetpar::run_compare(compare);
   } catch (const std::exception& e) {
     hetpar::die_of(e);
   }

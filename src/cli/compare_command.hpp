@@ -1,0 +1,19 @@
+// `hetpar compare RUN_A RUN_B [--rtol X]`: loss-curve parity of two runs,
+// step by step; exits 1 past the tolerance (2 on unreadable input).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+namespace hetpar {
+
+struct CompareArgs {
+  std::string run_a, run_b;  // run directories (holding steps.jsonl) or steps.jsonl files
+  double rtol = 1e-5;
+};
+
+CLI::App* add_compare_command(CLI::App& app, CompareArgs& args);
+int run_compare(const CompareArgs& args);
+
+}  // namespace hetpar
