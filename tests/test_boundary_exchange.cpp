@@ -25,10 +25,10 @@ HETPAR_WORKER(boundary_exchange) {
   // 6 ragged samples: 0 to 3 images each.
   const BoundaryBatch batch{kSeqLen, kTokens, {{1}, {}, {2, 20, 40}, {1}, {}, {9, 30}}};
   const BoundaryPlan plan = plan_boundary(p, batch);
-  BoundaryExchange exchange(plan, kTokens, rt.world());
+  const RankGrid encoder(p.encoder, p.encoder_ranks.offset);
+  BoundaryExchange exchange(plan, kTokens, rt.world(), encoder.contains(rt.rank()) ? encoder.coord(rt.rank()).dp : -1);
 
   // Encoder side: the rows of this rank's DP group's images, in order.
-  const RankGrid encoder(p.encoder, p.encoder_ranks.offset);
   std::vector<at::Tensor> mine;
   if (encoder.contains(rt.rank())) {
     for (size_t j = 0; j < plan.image_encoder_dp.size(); ++j) {

@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
+#include "tp/autograd_context.hpp"
+
 #include <algorithm>
 #include <functional>
 #include <map>
@@ -28,15 +30,14 @@ at::Tensor move_rows(const at::Tensor& rows, const BoundaryExchange::Route& rout
 struct Exchange : torch::autograd::Function<Exchange> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& rows, const BoundaryExchange::Route* fwd,
                             const BoundaryExchange::Route* bwd, int64_t out_rows, Group* group) {
-    ctx->saved_data["bwd"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(bwd));
-    ctx->saved_data["group"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(group));
+    save_pointer(ctx, "bwd", bwd);
+    save_pointer(ctx, "group", group);
     ctx->saved_data["in_rows"] = rows.size(0);
     return move_rows(rows, *fwd, out_rows, *group);
   }
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
-    auto* bwd = reinterpret_cast<const BoundaryExchange::Route*>(static_cast<intptr_t>(ctx->saved_data["bwd"].toInt()));
-    auto* group = reinterpret_cast<Group*>(static_cast<intptr_t>(ctx->saved_data["group"].toInt()));
-    at::Tensor grad = move_rows(grads[0].contiguous(), *bwd, ctx->saved_data["in_rows"].toInt(), *group);
+    at::Tensor grad = move_rows(grads[0].contiguous(), *saved_pointer<const BoundaryExchange::Route>(ctx, "bwd"),
+                                ctx->saved_data["in_rows"].toInt(), *saved_pointer<Group>(ctx, "group"));
     return {grad, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
@@ -68,7 +69,8 @@ BoundaryExchange::Route make_route(const Transfers& transfers, const Group& grou
 
 }  // namespace
 
-BoundaryExchange::BoundaryExchange(const BoundaryPlan& plan, int64_t tokens_per_image, Group& group) : group_(group) {
+BoundaryExchange::BoundaryExchange(const BoundaryPlan& plan, int64_t tokens_per_image, Group& group, int encoder_dp)
+    : group_(group) {
   const int me = group.ranks()[group.rank()];
   // The rows this rank needs (as a forward receiver), in (image, token) order.
   std::set<Row> needed;
@@ -83,21 +85,10 @@ BoundaryExchange::BoundaryExchange(const BoundaryPlan& plan, int64_t tokens_per_
   for (size_t i = 0; i < needed_.size(); ++i) needed_pos[needed_[i]] = static_cast<int64_t>(i);
   auto llm_pos = [&](const Row& r) { return needed_pos.at(r); };
 
-  // As an encoder rank: which group's images it holds (the backward's receivers know).
-  int first_image = -1, images = 0;
-  for (const auto& [pair, blocks] : plan.backward) {
-    if (pair.second != me) continue;
-    for (const RowBlock& b : blocks) {
-      first_image = first_image < 0 ? b.image : std::min(first_image, b.image);
-    }
-  }
-  if (first_image >= 0) {
-    const int group_id = plan.image_encoder_dp[first_image];
-    first_image = static_cast<int>(std::find(plan.image_encoder_dp.begin(), plan.image_encoder_dp.end(), group_id) -
-                                   plan.image_encoder_dp.begin());
-    images = static_cast<int>(std::count(plan.image_encoder_dp.begin(), plan.image_encoder_dp.end(), group_id));
-  }
-  encoder_rows_ = images * tokens_per_image;
+  // As an encoder rank: its DP group's images, a contiguous run in the plan.
+  const auto& owner = plan.image_encoder_dp;
+  const int first_image = static_cast<int>(std::find(owner.begin(), owner.end(), encoder_dp) - owner.begin());
+  encoder_rows_ = std::count(owner.begin(), owner.end(), encoder_dp) * tokens_per_image;
   auto encoder_pos = [&](const Row& r) { return (r.first - first_image) * tokens_per_image + r.second; };
 
   forward_ = make_route(plan.forward, group, me, encoder_pos, llm_pos);

@@ -17,8 +17,9 @@ namespace hetpar {
 
 class BoundaryExchange {
  public:
-  // `group` spans every rank of both modules, in job-rank order (the world).
-  BoundaryExchange(const BoundaryPlan& plan, int64_t tokens_per_image, Group& group);
+  // `group` spans every rank of both modules, in job-rank order (the world);
+  // `encoder_dp` is this rank's encoder DP coordinate, or -1 off the encoder.
+  BoundaryExchange(const BoundaryPlan& plan, int64_t tokens_per_image, Group& group, int encoder_dp);
 
   // encoder_rows: on an encoder rank, the rows of its DP group's images in
   // image order, [images * tokens_per_image, hidden]; elsewhere an empty

@@ -2,20 +2,16 @@
 
 #include <torch/autograd.h>
 
+#include "tp/autograd_context.hpp"
+
 namespace hetpar {
 namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::tensor_list;
 
-// The group travels through the autograd context as an address: groups live
-// as long as the runtime, which outlives every graph.
-void save_group(AutogradContext* ctx, Group& g) {
-  ctx->saved_data["group"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(&g));
-}
-Group& saved_group(AutogradContext* ctx) {
-  return *reinterpret_cast<Group*>(static_cast<intptr_t>(ctx->saved_data["group"].toInt()));
-}
+void save_group(AutogradContext* ctx, Group& g) { save_pointer(ctx, "group", &g); }
+Group& saved_group(AutogradContext* ctx) { return *saved_pointer<Group>(ctx, "group"); }
 
 at::Tensor all_reduced(const at::Tensor& x, Group& g) {
   at::Tensor out = x.contiguous().clone();

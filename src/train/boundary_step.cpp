@@ -7,22 +7,25 @@
 
 namespace hetpar {
 
-MicroBatchSamples micro_batch_samples(const RunConfig& c, int64_t micro) {
-  const int64_t dp = c.placement.llm.dp, mbs = c.data.micro_batch_size;
-  const int64_t per_rank = c.data.global_batch_size / dp;
-  MicroBatchSamples out;
-  for (int64_t s = 0; s < dp * mbs; ++s) out.global_sample.push_back((s / mbs) * per_rank + micro * mbs + s % mbs);
+int64_t first_sample(const RunConfig& c, int64_t dp_rank, int64_t micro) {
+  return dp_rank * (c.data.global_batch_size / c.placement.llm.dp) + micro * c.data.micro_batch_size;
+}
+
+std::vector<int64_t> micro_batch_samples(const RunConfig& c, int64_t micro) {
+  const int64_t mbs = c.data.micro_batch_size;
+  std::vector<int64_t> out;
+  for (int64_t s = 0; s < c.placement.llm.dp * mbs; ++s) out.push_back(first_sample(c, s / mbs, micro) + s % mbs);
   return out;
 }
 
 double boundary_micro_batch(MultimodalModel& model, const SyntheticData& data, const RunConfig& c, JobGroups& groups,
                             Group& world, int64_t step, int64_t micro, double target_tokens) {
   const int64_t tpi = c.encoder.tokens_per_image();
-  const MicroBatchSamples samples = micro_batch_samples(c, micro);
+  const std::vector<int64_t> samples = micro_batch_samples(c, micro);
   // Every rank derives the same metadata from the (cheap) text of every sample.
   BoundaryBatch meta{c.llm.seq_len, tpi, {}};
   std::vector<SampleText> texts;
-  for (int64_t g : samples.global_sample) {
+  for (int64_t g : samples) {
     texts.push_back(data.text(step, g));
     std::vector<int64_t> starts;
     int64_t run = 0;
@@ -33,7 +36,7 @@ double boundary_micro_batch(MultimodalModel& model, const SyntheticData& data, c
     meta.image_starts.push_back(starts);
   }
   const BoundaryPlan plan = plan_boundary(c.placement, meta);
-  BoundaryExchange exchange(plan, tpi, world);
+  BoundaryExchange exchange(plan, tpi, world, groups.encoder().active() ? groups.encoder().coord().dp : -1);
 
   // Encoder half: this DP group's images, in order.
   at::Tensor rows = at::zeros({0, c.llm.hidden}).set_requires_grad(true);
@@ -44,7 +47,7 @@ double boundary_micro_batch(MultimodalModel& model, const SyntheticData& data, c
       const int s = plan.image_sample[j];
       const int index = image_in_sample[s]++;
       if (plan.image_encoder_dp[j] != groups.encoder().coord().dp) continue;
-      pixels.push_back(data.image(step, samples.global_sample[s], index, texts[s].image_classes[index]));
+      pixels.push_back(data.image(step, samples[s], index, texts[s].image_classes[index]));
     }
     if (!pixels.empty()) rows = model.encode(at::stack(pixels));
   }
@@ -54,9 +57,8 @@ double boundary_micro_batch(MultimodalModel& model, const SyntheticData& data, c
     torch::autograd::backward({arrived}, {at::zeros_like(arrived)});
     return 0;
   }
-  const int64_t first = groups.llm().coord().dp * (c.data.global_batch_size / c.placement.llm.dp) +
-                        micro * c.data.micro_batch_size;
-  const MicroBatch batch = data.micro_batch(step, first, c.data.micro_batch_size);
+  const MicroBatch batch =
+      data.micro_batch(step, first_sample(c, groups.llm().coord().dp, micro), c.data.micro_batch_size);
   const at::Tensor logits = model.llm->forward(batch.ids, arrived, batch.image_mask);
   at::Tensor loss = model.llm->loss_sum(logits, batch.targets) / target_tokens;
   loss.backward();

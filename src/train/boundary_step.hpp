@@ -12,12 +12,12 @@
 
 namespace hetpar {
 
-// The step's micro-batch `micro`, as the boundary sees it: LLM DP rank d
+// The first sample of micro-batch `micro` on LLM DP rank `dp_rank`: rank d
 // takes samples d * samples_per_rank + micro * micro_batch_size + [0, mbs).
-struct MicroBatchSamples {
-  std::vector<int64_t> global_sample;  // plan sample index -> sample of the step
-};
-MicroBatchSamples micro_batch_samples(const RunConfig& config, int64_t micro);
+int64_t first_sample(const RunConfig& config, int64_t dp_rank, int64_t micro);
+// The step's micro-batch `micro` across every LLM DP rank, as the boundary
+// plan numbers its samples: plan sample index -> sample of the step.
+std::vector<int64_t> micro_batch_samples(const RunConfig& config, int64_t micro);
 
 // Runs forward and backward; gradients accumulate in the model. Returns this
 // rank's share of the loss (the LLM's TP rank 0 of each replica reports it;

@@ -68,12 +68,16 @@ at::Tensor MultimodalModel::loss_sum(const MicroBatch& b) {
   return llm->loss_sum(logits, b.targets);
 }
 
+std::vector<at::Tensor> MultimodalModel::ParameterSets::all() const {
+  std::vector<at::Tensor> out = sharded;
+  out.insert(out.end(), replicated.begin(), replicated.end());
+  return out;
+}
+
 std::vector<at::Tensor> MultimodalModel::trainable_parameters() const {
-  std::vector<at::Tensor> out;
-  for (const auto& sets : {encoder_side(), llm_side()}) {
-    out.insert(out.end(), sets.sharded.begin(), sets.sharded.end());
-    out.insert(out.end(), sets.replicated.begin(), sets.replicated.end());
-  }
+  std::vector<at::Tensor> out = encoder_side().all();
+  const std::vector<at::Tensor> llm_params = llm_side().all();
+  out.insert(out.end(), llm_params.begin(), llm_params.end());
   return out;
 }
 

@@ -33,6 +33,7 @@ class MultimodalModel {
   // across the group's ranks, `replicated` are identical on every rank.
   struct ParameterSets {
     std::vector<at::Tensor> sharded, replicated;
+    std::vector<at::Tensor> all() const;  // sharded, then replicated
   };
   ParameterSets encoder_side() const;
   ParameterSets llm_side() const;

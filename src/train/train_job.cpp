@@ -91,9 +91,7 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
   torch::optim::AdamW optimizer = make_optimizer(params, config.optim);
   const SyntheticData data(config.encoder, config.llm, config.data, static_cast<uint64_t>(config.run.seed));
   const auto encoder_params = model.encoder_side(), llm_params = model.llm_side();
-  std::vector<at::Tensor> encoder_trainable = encoder_params.sharded, llm_trainable = llm_params.sharded;
-  encoder_trainable.insert(encoder_trainable.end(), encoder_params.replicated.begin(), encoder_params.replicated.end());
-  llm_trainable.insert(llm_trainable.end(), llm_params.replicated.begin(), llm_params.replicated.end());
+  const std::vector<at::Tensor> encoder_trainable = encoder_params.all(), llm_trainable = llm_params.all();
   std::vector<NormShare> norm_shares;
   if (encoder.active()) norm_shares.push_back({&encoder_params, encoder.coord().dp == 0, encoder.coord().tp == 0});
   if (llm.active()) norm_shares.push_back({&llm_params, llm.coord().dp == 0, llm.coord().tp == 0});
@@ -130,8 +128,8 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
         local_loss += boundary_micro_batch(model, data, config, groups, runtime.world(), step, m, target_tokens);
         continue;
       }
-      const int64_t first = llm.coord().dp * samples_per_rank + m * config.data.micro_batch_size;
-      const MicroBatch batch = data.micro_batch(step, first, config.data.micro_batch_size);
+      const MicroBatch batch =
+          data.micro_batch(step, first_sample(config, llm.coord().dp, m), config.data.micro_batch_size);
       at::Tensor loss = model.loss_sum(batch) / target_tokens;
       loss.backward();
       if (llm.coord().tp == 0) local_loss += loss.item<double>();  // TP peers hold the same loss
