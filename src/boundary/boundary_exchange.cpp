@@ -27,6 +27,38 @@ at::Tensor move_rows(const at::Tensor& rows, const BoundaryExchange::Route& rout
   return at::zeros({out_rows, rows.size(1)}, rows.options()).index_copy(0, recv_index, got);
 }
 
+// The point-to-point form of move_rows: posts one send per peer.
+std::vector<Group::Pending> post_rows(const at::Tensor& rows, const BoundaryExchange::Route& route, Group& group,
+                                      int tag) {
+  const at::Tensor send = rows.index_select(0, at::tensor(route.send_index, at::kLong).to(rows.device()));
+  std::vector<Group::Pending> pending;
+  int64_t offset = 0;
+  for (int peer = 0; peer < group.size(); ++peer) {
+    const int64_t count = route.send_counts[peer];
+    if (count == 0) continue;
+    if (peer == group.rank()) throw std::logic_error("boundary point-to-point path: a rank sends rows to itself");
+    pending.push_back(group.isend(send.narrow(0, offset, count), peer, tag));
+    offset += count;
+  }
+  return pending;
+}
+
+// Receives what post_rows sent this rank: [out_rows, hidden], each row at its recv_index.
+at::Tensor receive_rows(const BoundaryExchange::Route& route, int64_t out_rows, int64_t hidden, Group& group, int tag) {
+  std::vector<Group::Pending> pending;
+  for (int peer = 0; peer < group.size(); ++peer) {
+    const int64_t count = route.recv_counts[peer];
+    if (count == 0) continue;
+    if (peer == group.rank()) throw std::logic_error("boundary point-to-point path: a rank receives rows from itself");
+    pending.push_back(group.irecv(at::empty({count, hidden}), peer, tag));
+  }
+  std::vector<at::Tensor> parts;
+  for (Group::Pending& p : pending) parts.push_back(p.wait());
+  const at::Tensor out = at::zeros({out_rows, hidden});
+  if (parts.empty()) return out;
+  return out.index_copy(0, at::tensor(route.recv_index, at::kLong), at::cat(parts));
+}
+
 struct Exchange : torch::autograd::Function<Exchange> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& rows, const BoundaryExchange::Route* fwd,
                             const BoundaryExchange::Route* bwd, int64_t out_rows, Group* group) {
@@ -101,6 +133,26 @@ at::Tensor BoundaryExchange::forward(const at::Tensor& encoder_rows) {
                                 " encoder rows, got " + std::to_string(encoder_rows.size(0)));
   }
   return Exchange::apply(encoder_rows, &forward_, &backward_, needed_rows(), &group_);
+}
+
+std::vector<Group::Pending> BoundaryExchange::post_forward(const at::Tensor& encoder_rows, int tag) const {
+  if (encoder_rows.size(0) != encoder_rows_) {
+    throw std::invalid_argument("boundary exchange: this rank should post " + std::to_string(encoder_rows_) +
+                                " encoder rows, got " + std::to_string(encoder_rows.size(0)));
+  }
+  return post_rows(encoder_rows.detach(), forward_, group_, tag);
+}
+
+at::Tensor BoundaryExchange::receive_forward(int64_t hidden, int tag) const {
+  return receive_rows(forward_, needed_rows(), hidden, group_, tag);
+}
+
+std::vector<Group::Pending> BoundaryExchange::post_backward(const at::Tensor& grad_rows, int tag) const {
+  return post_rows(grad_rows, backward_, group_, tag);
+}
+
+at::Tensor BoundaryExchange::receive_backward(int64_t hidden, int tag) const {
+  return receive_rows(backward_, encoder_rows_, hidden, group_, tag);
 }
 
 }  // namespace hetpar

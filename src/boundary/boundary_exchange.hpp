@@ -29,6 +29,18 @@ class BoundaryExchange {
   // group must call it, and later take part in its backward.
   at::Tensor forward(const at::Tensor& encoder_rows);
 
+  // The same exchange as point-to-point halves, for placements where the two
+  // modules share no rank and must not wait for each other: the encoder posts
+  // its rows and goes on (running ahead), the LLM receives them when it needs
+  // them, and the gradients come back the same way. Only data moves, so the
+  // caller wires autograd: the LLM side receives a leaf, the encoder side
+  // calls backward on its rows with the gradient it receives. `tag` tells
+  // micro-batches apart; a rank may not send to itself on this path.
+  std::vector<Group::Pending> post_forward(const at::Tensor& encoder_rows, int tag) const;
+  at::Tensor receive_forward(int64_t hidden, int tag) const;  // [needed_rows(), hidden]
+  std::vector<Group::Pending> post_backward(const at::Tensor& grad_rows, int tag) const;
+  at::Tensor receive_backward(int64_t hidden, int tag) const;  // [this rank's encoder rows, hidden]
+
   int64_t needed_rows() const { return static_cast<int64_t>(needed_.size()); }
   // (image, token) of each returned row.
   const std::vector<std::pair<int, int64_t>>& needed() const { return needed_; }

@@ -62,6 +62,7 @@ struct LayoutConfig {
   Placement placement = Placement::Uniform;
   Layout encoder;
   Layout llm;
+  int64_t run_ahead = 2;  // non-colocated: micro-batches the encoder may run ahead of the LLM
 };
 
 struct RuntimeConfig {

@@ -212,6 +212,8 @@ std::vector<SchemaKey> build_schema() {
       layout.key<&LayoutConfig::placement>("placement", placement_names(),
           "colocated = both modules on the same ranks; non-colocated = encoder ranks, then llm ranks; "
           "uniform = the encoder takes the llm's layout and ranks"),
+      layout.key<&LayoutConfig::run_ahead>("run_ahead", at_least(1),
+          "non-colocated: micro-batches the encoder ranks may run ahead of the llm ranks (1 = they alternate)"),
   };
   for (const auto& module_keys : {layout_keys<&LayoutConfig::encoder>("encoder"), layout_keys<&LayoutConfig::llm>("llm")}) {
     keys.insert(keys.end(), module_keys.begin(), module_keys.end());

@@ -120,17 +120,30 @@ void Group::broadcast(at::Tensor& tensor, int root) {
   wait(backend_->broadcast(tensors, opts), "broadcast");
 }
 
-void Group::send(const at::Tensor& tensor, int dst, int tag) {
-  check_peer(dst, "send");
-  std::vector<at::Tensor> tensors{tensor.contiguous()};
-  wait(backend_->send(tensors, dst, tag), "send");
-}
+void Group::send(const at::Tensor& tensor, int dst, int tag) { isend(tensor, dst, tag).wait(); }
 
 void Group::recv(at::Tensor& tensor, int src, int tag) {
-  check_peer(src, "recv");
   if (!tensor.is_contiguous()) fail("recv", "the receive buffer must be contiguous");
-  std::vector<at::Tensor> tensors{tensor};
-  wait(backend_->recv(tensors, src, tag), "recv");
+  irecv(tensor, src, tag).wait();
+}
+
+Group::Pending Group::isend(const at::Tensor& tensor, int dst, int tag) {
+  check_peer(dst, "send");
+  std::vector<at::Tensor> tensors{tensor.contiguous()};
+  return Pending(this, backend_->send(tensors, dst, tag), tensors[0], "send");
+}
+
+Group::Pending Group::irecv(at::Tensor buffer, int src, int tag) {
+  check_peer(src, "recv");
+  if (!buffer.is_contiguous()) fail("recv", "the receive buffer must be contiguous");
+  std::vector<at::Tensor> tensors{buffer};
+  return Pending(this, backend_->recv(tensors, src, tag), buffer, "recv");
+}
+
+at::Tensor Group::Pending::wait() {
+  if (work_) group_->wait(work_, call_);
+  work_.reset();
+  return buffer_;
 }
 
 void Group::barrier() {

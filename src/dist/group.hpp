@@ -45,6 +45,23 @@ class Group {
   void broadcast(at::Tensor& tensor, int root);   // root: rank inside the group
   void send(const at::Tensor& tensor, int dst, int tag = 0);
   void recv(at::Tensor& tensor, int src, int tag = 0);
+
+  // A send or receive in flight, so a rank can compute while its messages
+  // move (the non-colocated encoder runs ahead this way). The buffer lives
+  // until wait(), which is bounded by the group's timeout.
+  class Pending {
+   public:
+    Pending(const Group* group, c10::intrusive_ptr<c10d::Work> work, at::Tensor buffer, const char* call)
+        : group_(group), work_(std::move(work)), buffer_(std::move(buffer)), call_(call) {}
+    at::Tensor wait();  // the buffer: for a receive, the data received
+   private:
+    const Group* group_;
+    c10::intrusive_ptr<c10d::Work> work_;
+    at::Tensor buffer_;
+    const char* call_;
+  };
+  Pending isend(const at::Tensor& tensor, int dst, int tag);
+  Pending irecv(at::Tensor buffer, int src, int tag);
   void barrier();
 
  private:

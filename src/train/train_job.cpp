@@ -16,7 +16,8 @@
 #include "dist/runtime.hpp"
 #include "interop/hf_llava.hpp"
 #include "train/job_setup.hpp"
-#include "train/boundary_step.hpp"
+#include "train/step_report.hpp"
+#include "train/step_schedule.hpp"
 #include "train/grad_sync.hpp"
 #include "train/multimodal_model.hpp"
 #include "util/build_info.hpp"
@@ -83,7 +84,6 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
   Group* encoder_tp = encoder.active() ? &encoder.get(GroupKind::kTp) : nullptr;
   Group* llm_tp = llm.active() ? &llm.get(GroupKind::kTp) : nullptr;
   const bool leader = runtime.rank() == 0;
-  const bool uniform = config.placement.placement == Placement::Uniform;
 
   MultimodalModel model(config, encoder_tp, llm_tp);
   if (!outputs.init_hf.empty()) load_hf(model, *encoder_tp, *llm_tp, outputs.init_hf);
@@ -114,6 +114,7 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
   }
 
   nlohmann::json summary = run_metadata(config, runtime);
+  PhaseTimer timer;
   double timed_seconds = 0;
   for (int64_t step = 1; step <= config.run.steps; ++step) {
     maybe_inject_fault(runtime.rank(), step);
@@ -122,33 +123,33 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
     set_learning_rate(optimizer, lr);
     optimizer.zero_grad();
     const double target_tokens = static_cast<double>(data.target_tokens(step));
-    double local_loss = 0;
-    for (int64_t m = 0; m < micro_batches; ++m) {
-      if (!uniform) {
-        local_loss += boundary_micro_batch(model, data, config, groups, runtime.world(), step, m, target_tokens);
-        continue;
-      }
-      const MicroBatch batch =
-          data.micro_batch(step, first_sample(config, llm.coord().dp, m), config.data.micro_batch_size);
-      at::Tensor loss = model.loss_sum(batch) / target_tokens;
-      loss.backward();
-      if (llm.coord().tp == 0) local_loss += loss.item<double>();  // TP peers hold the same loss
+    const StepContext ctx{model, data, config, groups, runtime.world(), timer, step, micro_batches, target_tokens};
+    const double local_loss = run_micro_batches(ctx);
+    double grad_norm = 0;
+    {
+      auto timed = timer.measure(Phase::kGradSync);  // each module over its own DP group, then the global norm
+      if (encoder.active()) all_reduce_gradients(encoder_trainable, encoder.get(GroupKind::kDp));
+      if (llm.active()) all_reduce_gradients(llm_trainable, llm.get(GroupKind::kDp));
+      grad_norm = global_grad_norm(runtime.world(), norm_shares);
     }
-    // Each module sums its gradients over its own DP group.
-    if (encoder.active()) all_reduce_gradients(encoder_trainable, encoder.get(GroupKind::kDp));
-    if (llm.active()) all_reduce_gradients(llm_trainable, llm.get(GroupKind::kDp));
-    const double grad_norm = global_grad_norm(runtime.world(), norm_shares);
-    clip_gradients(params, grad_norm, config.optim.grad_clip);
-    optimizer.step();
-    at::Tensor loss = at::full({1}, local_loss, at::kDouble);
-    runtime.world().all_reduce(loss);  // one share per LLM replica: the step's loss
+    {
+      auto timed = timer.measure(Phase::kOptimizer);
+      clip_gradients(params, grad_norm, config.optim.grad_clip);
+      optimizer.step();
+    }
+    const StepReport report = gather_step_report(runtime.world(), local_loss, timer.take());
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     if (step > 1) timed_seconds += seconds;
     if (leader) {
-      const double loss_value = loss.item<double>();
-      const nlohmann::json line = {{"step", step}, {"loss", loss_value}, {"grad_norm", grad_norm}, {"lr", lr},
-                                   {"step_seconds", seconds},
-                                   {"tokens_per_second", static_cast<double>(tokens_per_step) / seconds}};
+      const double loss_value = report.loss;
+      nlohmann::json line = {{"step", step}, {"loss", loss_value}, {"grad_norm", grad_norm}, {"lr", lr},
+                             {"step_seconds", seconds},
+                             {"tokens_per_second", static_cast<double>(tokens_per_step) / seconds},
+                             {"critical_rank", report.critical_rank},
+                             {"peak_memory_mib", report.peak_memory_bytes / (1 << 20)}};
+      for (int p = 0; p < kPhaseCount; ++p) {
+        line["phases"][std::string(phase_name(static_cast<Phase>(p)))] = report.critical_phases[p];
+      }
       steps_file << line.dump() << "\n" << std::flush;
       log_info("step {:>4} | loss {:.4f} | grad norm {:.3f} | lr {:.2e} | {:7.1f} ms | {:.0f} tokens/s", step,
                loss_value, grad_norm, lr, seconds * 1e3, static_cast<double>(tokens_per_step) / seconds);

@@ -1,0 +1,372 @@
+#!/usr/bin/env python3
+"""Figures and a summary table for a hetpar reproduction sweep.
+
+Usage: plot_results.py RESULTS_DIR [--out DIR]
+
+Reads RESULTS_DIR/results.jsonl (one record per run: the sweep points and their
+uniform baselines) and writes tflops_per_gpu, speedup_vs_encoder, loss_curves and
+phase_breakdown as PNG and SVG, plus summary.md, into DIR (default
+RESULTS_DIR/plots). Prints every written path. Exits 2 when there is nothing to plot.
+"""
+import argparse
+import json
+import math
+import re
+import sys
+import textwrap
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+from matplotlib.ticker import MaxNLocator, NullFormatter  # noqa: E402
+
+# Text stays text in the SVGs (searchable, small) and ids are stable between runs.
+plt.rcParams.update({"svg.fonttype": "none", "svg.hashsalt": "hetpar", "font.size": 9})
+
+# One colour per placement and per phase in every figure, so a reader learns them once.
+PLACEMENTS = ["uniform", "colocated", "non-colocated"]
+PLACEMENT_COLORS = {"uniform": "#8c8c8c", "colocated": "#1f77b4", "non-colocated": "#ff7f0e"}
+OTHER_COLOR = "#2ca02c"
+PHASES = ["encoder_forward", "encoder_backward", "boundary_forward", "boundary_backward",
+          "llm_forward", "llm_backward", "grad_sync", "optimizer", "wait"]
+PHASE_COLORS = dict(zip(PHASES, ["#9ecae1", "#3182bd", "#a1d99b", "#31a354", "#fdae6b",
+                                 "#e6550d", "#bcbddc", "#756bb1", "#d9d9d9"]))
+MAX_LOSS_COLUMNS = 8
+SPEEDUP_FIELDS = {"tflops_per_gpu": "speedup_tflops", "tokens_per_second": "speedup_tokens"}
+
+
+def fail(message):
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def load_runs(results_dir):
+    """The ok records in file (= run) order, plus counts of what was skipped."""
+    path = results_dir / "results.jsonl"
+    if not path.is_file():
+        fail(f"{path} not found (expected one JSON record per run)")
+    runs, not_ok, unparsable = [], 0, 0
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            record = None
+        if not isinstance(record, dict):
+            unparsable += 1
+        elif record.get("status") != "ok":
+            not_ok += 1
+        else:
+            runs.append(record)
+    if not runs:
+        fail(f"{path} has no usable records ({not_ok} with status != ok, {unparsable} unparsable lines)")
+    return runs, not_ok, unparsable
+
+
+def num(value):
+    """A float, or nan for a missing/null field, so a plot shows a gap instead of failing."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def is_point(run):
+    return run.get("role") != "baseline"
+
+
+def color(run):
+    return PLACEMENT_COLORS.get(run.get("placement"), OTHER_COLOR)
+
+
+def placement_rank(placement):
+    return PLACEMENTS.index(placement) if placement in PLACEMENTS else len(PLACEMENTS)
+
+
+def speedup(run, by_id, metric):
+    """A point's speedup over its baseline: the recorded value, else recomputed from the baseline."""
+    if not is_point(run):
+        return 1.0
+    if run.get(SPEEDUP_FIELDS[metric]) is not None:
+        return num(run[SPEEDUP_FIELDS[metric]])
+    base = by_id.get(run.get("baseline_id"))
+    return num(run.get(metric)) / num(base.get(metric)) if base and num(base.get(metric)) else math.nan
+
+
+def compact(layout):
+    """'tp1.cp1.pp1.dp2' -> 'dp2': only the dimensions above 1 matter to a reader."""
+    dims = re.findall(r"([a-z]+)(\d+)", str(layout or ""))
+    return ".".join(f"{d}{n}" for d, n in dims if n != "1") or ("1 rank" if dims else "?")
+
+
+def bar_label(run):
+    if not is_point(run):
+        return f"L {compact(run.get('layout_llm'))}"  # the encoder inherits the LLM's layout
+    return f"E {compact(run.get('layout_encoder'))}\nL {compact(run.get('layout_llm'))}"
+
+
+def encoder_order(runs):
+    """Encoder names from smallest to largest encoder."""
+    params = {}
+    for r in runs:
+        params.setdefault(str(r.get("encoder_name")), num(r.get("encoder_params")))
+    return sorted(params, key=lambda e: (math.inf if math.isnan(params[e]) else params[e], e)), params
+
+
+def human(count):
+    for div, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if count >= div:
+            return f"{count / div:.3g}{suffix}"
+    return f"{count:.0f}"
+
+
+def fig_tflops(runs, by_id):
+    encoders, _ = encoder_order(runs)
+    fig, ax = plt.subplots(figsize=(max(7.0, 0.8 * len(runs) + 1.2 * len(encoders)), 5))
+    x, ticks, labels, tops = 0.0, [], [], []
+    for enc in encoders:
+        group = sorted((r for r in runs if str(r.get("encoder_name")) == enc),
+                       key=lambda r: (placement_rank(r.get("placement")), is_point(r),
+                                      str(r.get("layout_encoder")), str(r.get("layout_llm"))))
+        start = x
+        for r in group:
+            height = num(r.get("tflops_per_gpu"))
+            ax.bar(x, height, 0.8, color=color(r), edgecolor="black", linewidth=0.5)
+            tops.append(height)
+            s = speedup(r, by_id, "tflops_per_gpu")
+            if is_point(r) and not (math.isnan(s) or math.isnan(height)):
+                ax.annotate(f"{s:.2f}×", (x, height), xytext=(0, 2), textcoords="offset points",
+                            ha="center", va="bottom", fontsize=8, fontweight="bold")
+            ticks.append(x)
+            labels.append(bar_label(r))
+            x += 1
+        # The encoder name sits under its group's layout tick labels.
+        ax.annotate(enc, ((start + x - 1) / 2, 0), xycoords=("data", "axes fraction"),
+                    xytext=(0, -34), textcoords="offset points", ha="center", va="top",
+                    fontsize=10, fontweight="bold")
+        x += 0.8  # gap between encoder groups
+    ax.set_xticks(ticks, labels, fontsize=7)
+    finite = [t for t in tops if not math.isnan(t)]
+    ax.set_ylim(0, 1.15 * max(finite) if finite and max(finite) > 0 else 1)
+    ax.set_ylabel("achieved TFLOPS per GPU")
+    ax.set_xlabel("encoder; per bar E/L = encoder/LLM layout (dims > 1)", labelpad=24)
+    ax.set_title("Throughput per GPU by encoder and placement (label: speedup vs uniform baseline)")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(handles=[Patch(color=PLACEMENT_COLORS.get(p, OTHER_COLOR), label=f"{p} (baseline)" if p == "uniform" else str(p))
+                       for p in sorted({r.get("placement") for r in runs}, key=placement_rank)],
+              title="placement", loc="upper left", fontsize=8)
+    return fig
+
+
+def fig_speedup(runs, by_id):
+    encoders, params = encoder_order(runs)
+    # Place encoders by size when every size is known, else evenly.
+    sized = all(params[e] > 0 for e in encoders)  # nan compares False
+    xs = {e: params[e] if sized else i + 1 for i, e in enumerate(encoders)}
+    points = [r for r in runs if is_point(r)]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), sharex=True)
+    for ax, metric, title in ((axes[0], "tflops_per_gpu", "TFLOPS/GPU speedup"),
+                              (axes[1], "tokens_per_second", "tokens/s speedup")):
+        ax.axhline(1.0, ls="--", color=PLACEMENT_COLORS["uniform"], label="uniform baseline")
+        for placement in sorted({r.get("placement") for r in points}, key=placement_rank):
+            line = []
+            for e in encoders:  # best point per encoder + placement
+                values = [speedup(r, by_id, metric) for r in points
+                          if str(r.get("encoder_name")) == e and r.get("placement") == placement]
+                values = [v for v in values if not math.isnan(v)]
+                if values:
+                    line.append((xs[e], max(values)))
+            if line:
+                lx, ly = zip(*line)
+                ax.plot(lx, ly, "o-", color=PLACEMENT_COLORS.get(placement, OTHER_COLOR), label=placement)
+                for px, py in line:
+                    ax.annotate(f"{py:.2f}", (px, py), xytext=(0, 5), textcoords="offset points",
+                                ha="center", fontsize=7)
+        if not points:
+            ax.text(0.5, 0.5, "no sweep points (baselines only)", transform=ax.transAxes, ha="center")
+        ax.set_title(title)
+        ax.set_ylabel("speedup over uniform baseline (×)")
+        ax.set_xlabel("encoder size (parameters)" if sized else "encoder")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    values = [xs[e] for e in encoders]
+    if sized and max(values) / min(values) > 10:
+        axes[0].set_xscale("log")
+    names = [f"{e}\n{human(params[e])}" if sized else e for e in encoders]
+    for ax in axes:
+        ax.minorticks_off()
+        ax.set_xticks(values, names, fontsize=8)
+        ax.margins(x=0.08, y=0.12)
+    fig.suptitle("Speedup of heterogeneous layouts over the uniform baseline, by encoder size")
+    fig.tight_layout()
+    return fig
+
+
+def read_losses(results_dir, run):
+    """{step: loss} from a run's steps.jsonl; None when it cannot be read."""
+    if not run or not run.get("run_dir"):
+        return None
+    try:
+        lines = (results_dir / run["run_dir"] / "steps.jsonl").read_text().splitlines()
+    except OSError:
+        return None
+    losses = {}
+    for line in lines:
+        try:
+            record = json.loads(line)
+            losses[int(record["step"])] = float(record["loss"])
+        except (ValueError, KeyError, TypeError):
+            continue
+    return losses
+
+
+def fig_loss_curves(runs, by_id, results_dir):
+    points = [r for r in runs if is_point(r)][:MAX_LOSS_COLUMNS]
+    cols = max(1, len(points))
+    fig, axes = plt.subplots(2, cols, figsize=(3.4 * cols + 0.6, 6.2), squeeze=False)
+    if not points:
+        axes[0, 0].text(0.5, 0.5, "no sweep points (baselines only)", ha="center")
+    for col, point in enumerate(points):
+        top, bottom = axes[0, col], axes[1, col]
+        base = by_id.get(point.get("baseline_id"))
+        ours, theirs = read_losses(results_dir, point), read_losses(results_dir, base)
+        rel_diff = num(point.get("loss_max_rel_diff"))
+        parity = {True: "parity ok", False: "PARITY FAILED"}.get(point.get("loss_parity_ok"), "")
+        top.set_title(textwrap.fill(str(point.get("label") or point.get("run_id")), 34)
+                      + f"\nmax rel diff {rel_diff:.1e} {parity}", fontsize=8)
+        # The baseline is drawn wide underneath so it stays visible where the curves coincide.
+        for losses, name, width, c in ((theirs, "uniform baseline", 4.0, PLACEMENT_COLORS["uniform"]),
+                                       (ours, "point", 1.3, color(point))):
+            if losses:
+                steps = sorted(losses)
+                top.plot(steps, [losses[s] for s in steps], color=c, label=name, lw=width, alpha=0.9)
+        if ours or theirs:
+            top.legend(fontsize=7)
+        for ax in (top, bottom):
+            ax.set_xlabel("step")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        common = sorted(set(ours or {}) & set(theirs or {}))
+        if not common:
+            missing = "point" if not ours else "baseline" if not theirs else "common"
+            bottom.text(0.5, 0.5, f"no {missing} steps to compare", transform=bottom.transAxes,
+                        ha="center", va="center")
+            continue
+        a, b = np.array([ours[s] for s in common]), np.array([theirs[s] for s in common])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rel = np.where(a == b, 0.0, np.abs(a - b) / np.abs(b))
+        shown = np.isfinite(rel) & (rel > 0)  # log scale cannot show exact agreement
+        if not shown.any():
+            bottom.text(0.5, 0.5, f"identical to baseline:\n|a−b|/|b| = 0 at all {len(common)} steps",
+                        transform=bottom.transAxes, ha="center", va="center", fontsize=8)
+            bottom.set_xlim(common[0] - 0.5, common[-1] + 0.5)
+            bottom.set_yticks([])  # nothing to scale: a bare axis beats a fake 0..1 one
+            continue
+        bottom.semilogy(np.array(common)[shown], rel[shown], "o-", ms=3, color=color(point))
+        # Whole decades, so the axis always has labelled major ticks even for a narrow range.
+        lo, hi = np.floor(np.log10(rel[shown].min())), np.ceil(np.log10(rel[shown].max()))
+        bottom.set_ylim(10 ** lo, 10 ** max(hi, lo + 1))
+        bottom.yaxis.set_minor_formatter(NullFormatter())
+        bottom.set_xlim(common[0] - 0.3, common[-1] + 0.3)
+        if (~shown).sum():
+            bottom.text(0.02, 0.95, f"exactly equal at {(~shown).sum()} of {len(common)} steps (not shown)",
+                        transform=bottom.transAxes, va="top", fontsize=7)
+        bottom.grid(alpha=0.3)
+    axes[0, 0].set_ylabel("loss")
+    axes[1, 0].set_ylabel("|a−b| / |b|  (point vs baseline)")
+    fig.suptitle("Loss parity: each point against its uniform baseline")
+    fig.tight_layout()
+    return fig
+
+
+def fig_phases(runs):
+    seen = {k for r in runs for k in (r.get("phases") or {})}
+    phases = PHASES + sorted(seen - set(PHASES))
+    extra_colors = plt.get_cmap("tab20").colors
+    fig, ax = plt.subplots(figsize=(11, 0.42 * len(runs) + 1.6))
+    y = np.arange(len(runs))
+    left = np.zeros(len(runs))
+    for i, phase in enumerate(phases):
+        values = np.nan_to_num([num((r.get("phases") or {}).get(phase, 0)) for r in runs])
+        if not values.any():
+            continue  # keep the legend to what is drawn
+        ax.barh(y, values, left=left, height=0.7, label=phase.replace("_", " "),
+                color=PHASE_COLORS.get(phase, extra_colors[i % len(extra_colors)]))
+        left += values
+    # The measured step time shows how much the phases leave unexplained.
+    ax.plot([num(r.get("step_seconds_median")) for r in runs], y, "k|", ms=14, mew=2,
+            label="measured step (median)")
+    ax.set_yticks(y, [f"{r.get('run_id') or '?'}: {r.get('label') or ''}" for r in runs], fontsize=8)
+    for tick, r in zip(ax.get_yticklabels(), runs):
+        tick.set_color(color(r) if r.get("placement") != "uniform" else "black")
+    ax.invert_yaxis()  # first run on top
+    ax.set_xlabel("median seconds per step on the critical rank (s)")
+    ax.set_title("Step time by phase (run labels coloured by placement; black = uniform baseline)")
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8, title="phase")
+    return fig
+
+
+def fmt(value, spec, none="—"):
+    """Format a number; a trailing "×" in spec is appended literally."""
+    suffix = "×" if spec.endswith("×") else ""
+    if value is None or math.isnan(num(value)):
+        return none
+    return format(num(value), spec.rstrip("×")) + suffix
+
+
+def summary_markdown(runs, by_id):
+    header = ["label", "placement", "world", "TFLOPS/GPU", "speedup", "tokens/s",
+              "speedup_tokens", "loss max rel diff", "parity ok"]
+    rows = []
+    for r in runs:
+        point = is_point(r)
+        rows.append([str(r.get("label") or r.get("run_id") or "?").replace("|", "\\|"),
+                     str(r.get("placement") or "?"), fmt(r.get("world_size"), ".0f"),
+                     fmt(r.get("tflops_per_gpu"), ".4g"),
+                     fmt(speedup(r, by_id, "tflops_per_gpu"), ".2f×") if point else "baseline",
+                     fmt(r.get("tokens_per_second"), ",.0f"),
+                     fmt(speedup(r, by_id, "tokens_per_second"), ".2f×") if point else "baseline",
+                     fmt(r.get("loss_max_rel_diff"), ".1e"),
+                     {True: "yes", False: "**no**"}.get(r.get("loss_parity_ok"), "—")])
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def save(fig, out_dir, name):
+    for ext in ("png", "svg"):
+        path = out_dir / f"{name}.{ext}"
+        fig.savefig(path, dpi=120, bbox_inches="tight", metadata={"Date": None} if ext == "svg" else None)
+        print(path)
+    plt.close(fig)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("results_dir", type=Path, help="directory holding results.jsonl")
+    parser.add_argument("--out", type=Path, help="output directory (default RESULTS_DIR/plots)")
+    args = parser.parse_args(argv)
+    runs, not_ok, unparsable = load_runs(args.results_dir)
+    out_dir = args.out or args.results_dir / "plots"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    print(f"{len(runs)} ok runs; skipped {not_ok} with status != ok"
+          + (f" and {unparsable} unparsable lines" if unparsable else ""))
+    by_id = {r.get("run_id"): r for r in runs}
+    save(fig_tflops(runs, by_id), out_dir, "tflops_per_gpu")
+    save(fig_speedup(runs, by_id), out_dir, "speedup_vs_encoder")
+    save(fig_loss_curves(runs, by_id, args.results_dir), out_dir, "loss_curves")
+    save(fig_phases(runs), out_dir, "phase_breakdown")
+    table = summary_markdown(runs, by_id)
+    (out_dir / "summary.md").write_text(table)
+    print(out_dir / "summary.md")
+    print(table, end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

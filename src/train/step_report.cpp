@@ -1,0 +1,41 @@
+#include "train/step_report.hpp"
+
+#include <ATen/ATen.h>
+#include <sys/resource.h>
+
+namespace hetpar {
+
+double peak_resident_bytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) * 1024.0;  // Linux reports KiB
+}
+
+StepReport gather_step_report(Group& world, double loss_share, const PhaseTimer::Seconds& phases) {
+  // Row per rank: loss share, peak memory, then the phases.
+  constexpr int kFields = 2 + kPhaseCount;
+  at::Tensor mine = at::empty({1, kFields}, at::kDouble);
+  auto row = mine.accessor<double, 2>();
+  row[0][0] = loss_share;
+  row[0][1] = peak_resident_bytes();
+  for (int p = 0; p < kPhaseCount; ++p) row[0][2 + p] = phases[p];
+  const at::Tensor all = world.all_gather(mine);
+  auto rows = all.accessor<double, 2>();
+
+  StepReport report;
+  double most_busy = -1;
+  for (int r = 0; r < all.size(0); ++r) {
+    report.loss += rows[r][0];
+    report.peak_memory_bytes = std::max(report.peak_memory_bytes, rows[r][1]);
+    double busy = 0;
+    for (int p = 0; p < kPhaseCount; ++p) busy += p == static_cast<int>(Phase::kWait) ? 0 : rows[r][2 + p];
+    if (busy > most_busy) {
+      most_busy = busy;
+      report.critical_rank = r;
+    }
+  }
+  for (int p = 0; p < kPhaseCount; ++p) report.critical_phases[p] = rows[report.critical_rank][2 + p];
+  return report;
+}
+
+}  // namespace hetpar

@@ -1,0 +1,91 @@
+#include "train/step_schedule.hpp"
+
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
+
+#include "boundary/boundary_exchange.hpp"
+#include "train/micro_batch_route.hpp"
+
+namespace hetpar {
+namespace {
+
+// A detached copy that starts a new graph: the backward then stops here and
+// leaves the gradient in .grad() for the next stage.
+at::Tensor stage_input(const at::Tensor& t) { return t.detach().requires_grad_(true); }
+
+// One micro-batch, uniform or colocated: every rank runs both modules.
+double sequential_micro_batch(const StepContext& ctx, int64_t micro) {
+  const RunConfig& c = ctx.config;
+  ModuleGroups& llm = ctx.groups.llm();
+  const bool uniform = c.placement.placement == Placement::Uniform;
+  const MicroBatch batch =
+      ctx.data.micro_batch(ctx.step, first_sample(c, llm.coord().dp, micro), c.data.micro_batch_size);
+
+  // Uniform: this rank encodes its own samples' images and needs no boundary.
+  std::optional<MicroBatchRoute> route;
+  std::optional<BoundaryExchange> exchange;
+  at::Tensor pixels = batch.pixels;
+  if (!uniform) {
+    route = route_micro_batch(ctx.data, c, ctx.step, micro);
+    const int encoder_dp = ctx.groups.encoder().coord().dp;
+    exchange.emplace(route->plan, c.encoder.tokens_per_image(), ctx.world, encoder_dp);
+    pixels = assigned_images(ctx.data, c, *route, encoder_dp, ctx.step);
+  }
+  at::Tensor rows;
+  {
+    auto timed = ctx.timer.measure(Phase::kEncoderForward);
+    rows = ctx.model.encode(pixels);
+  }
+  const at::Tensor rows_in = stage_input(rows);
+  at::Tensor arrived = rows_in;
+  if (exchange) {
+    auto timed = ctx.timer.measure(Phase::kBoundaryForward);
+    arrived = exchange->forward(rows_in);
+  }
+  const at::Tensor arrived_in = exchange ? stage_input(arrived) : rows_in;
+  const double loss_share = llm_forward_backward(ctx, batch, arrived_in);
+  if (exchange) {  // a collective: every rank takes part, rows or not
+    auto timed = ctx.timer.measure(Phase::kBoundaryBackward);
+    torch::autograd::backward({arrived}, {grad_or_zeros(arrived_in)});
+  }
+  {
+    auto timed = ctx.timer.measure(Phase::kEncoderBackward);
+    backward_if_graph(rows, grad_or_zeros(rows_in));
+  }
+  return loss_share;
+}
+
+}  // namespace
+
+double llm_forward_backward(const StepContext& ctx, const MicroBatch& batch, const at::Tensor& rows) {
+  at::Tensor loss;
+  {
+    auto timed = ctx.timer.measure(Phase::kLlmForward);
+    const at::Tensor logits = ctx.model.llm->forward(batch.ids, rows, batch.image_mask);
+    loss = ctx.model.llm->loss_sum(logits, batch.targets) / ctx.target_tokens;
+  }
+  {
+    auto timed = ctx.timer.measure(Phase::kLlmBackward);
+    loss.backward();
+  }
+  return ctx.groups.llm().coord().tp == 0 ? loss.item<double>() : 0.0;  // TP peers hold the same loss
+}
+
+at::Tensor grad_or_zeros(const at::Tensor& stage_input) {
+  return stage_input.grad().defined() ? stage_input.grad() : at::zeros_like(stage_input);
+}
+
+void backward_if_graph(const at::Tensor& output, const at::Tensor& grad) {
+  if (output.requires_grad() && !output.is_leaf() && output.numel() > 0) {
+    torch::autograd::backward({output}, {grad});
+  }
+}
+
+double run_micro_batches(const StepContext& ctx) {
+  if (ctx.config.placement.placement == Placement::NonColocated) return run_noncolocated_micro_batches(ctx);
+  double loss = 0;
+  for (int64_t m = 0; m < ctx.micro_batches; ++m) loss += sequential_micro_batch(ctx, m);
+  return loss;
+}
+
+}  // namespace hetpar

@@ -1,0 +1,52 @@
+// The order in which one rank runs a step's micro-batches, forward and
+// backward, for each placement (gradients accumulate in the model; the
+// optimizer step comes after):
+// - uniform and colocated: micro-batch by micro-batch, encoder fwd ->
+//   boundary -> LLM fwd/bwd -> boundary bwd -> encoder bwd on every rank;
+// - non-colocated: the encoder ranks run up to `layout.run_ahead`
+//   micro-batches ahead of the LLM ranks, posting rows without waiting and
+//   doing each backward as its gradients come back, so the LLM need not wait
+//   for the encoder (1F1B across the boundary).
+// The backward is staged at the module boundaries (same math as one backward
+// pass) so each phase is timed on its own.
+#pragma once
+
+#include "data/synthetic_data.hpp"
+#include "dist/module_groups.hpp"
+#include "metrics/phase_timer.hpp"
+#include "train/multimodal_model.hpp"
+
+namespace hetpar {
+
+struct StepContext {
+  MultimodalModel& model;
+  const SyntheticData& data;
+  const RunConfig& config;
+  JobGroups& groups;
+  Group& world;
+  PhaseTimer& timer;
+  int64_t step = 0;
+  int64_t micro_batches = 0;
+  double target_tokens = 0;  // the loss divisor: target tokens of the whole step
+};
+
+// Returns this rank's share of the step's loss (the LLM's TP rank 0 of each
+// replica reports its samples; every other rank 0).
+double run_micro_batches(const StepContext& ctx);
+
+// The non-colocated schedule (step_schedule_noncolocated.cpp).
+double run_noncolocated_micro_batches(const StepContext& ctx);
+
+// LLM forward and backward of this rank's `batch`, its image rows given by
+// `rows` (a stage input: the gradient stays in rows.grad()). Returns this
+// rank's share of the loss (0 off the LLM's TP rank 0).
+double llm_forward_backward(const StepContext& ctx, const MicroBatch& batch, const at::Tensor& rows);
+
+// The gradient a stage input received, or zeros where none flowed to it.
+at::Tensor grad_or_zeros(const at::Tensor& stage_input);
+
+// Backward through `output` with `grad` where there is a graph to go through
+// (an empty leaf or a frozen result has none).
+void backward_if_graph(const at::Tensor& output, const at::Tensor& grad);
+
+}  // namespace hetpar

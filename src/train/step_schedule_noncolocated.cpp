@@ -1,0 +1,104 @@
+// The non-colocated schedule: encoder ranks and LLM ranks are disjoint, so
+// the encoder runs ahead by up to `layout.run_ahead` micro-batches (posting
+// its rows without waiting) and does each backward as its gradients arrive.
+// With run_ahead = 1 the two halves alternate and each waits for the other.
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <deque>
+#include <memory>
+
+#include "boundary/boundary_exchange.hpp"
+#include "train/micro_batch_route.hpp"
+#include "train/step_schedule.hpp"
+
+namespace hetpar {
+namespace {
+
+// Message tags: rows and gradients of every micro-batch apart.
+int rows_tag(int64_t micro) { return static_cast<int>(2 * micro); }
+int grads_tag(int64_t micro) { return static_cast<int>(2 * micro + 1); }
+
+std::unique_ptr<BoundaryExchange> make_exchange(const StepContext& ctx, int64_t micro, int encoder_dp,
+                                                MicroBatchRoute& route) {
+  route = route_micro_batch(ctx.data, ctx.config, ctx.step, micro);
+  return std::make_unique<BoundaryExchange>(route.plan, ctx.config.encoder.tokens_per_image(), ctx.world,
+                                            encoder_dp);
+}
+
+void wait_all(std::vector<Group::Pending>& pending) {
+  for (Group::Pending& p : pending) p.wait();
+  pending.clear();
+}
+
+double encoder_side(const StepContext& ctx) {
+  struct InFlight {
+    std::unique_ptr<BoundaryExchange> exchange;
+    at::Tensor rows;                     // with the graph its backward needs
+    std::vector<Group::Pending> sends;
+  };
+  const int encoder_dp = ctx.groups.encoder().coord().dp;
+  const int64_t depth = std::min<int64_t>(ctx.config.layout.run_ahead, ctx.micro_batches);
+  std::deque<InFlight> in_flight;
+  int64_t next = 0;
+  for (int64_t done = 0; done < ctx.micro_batches; ++done) {
+    for (; next < ctx.micro_batches && next - done < depth; ++next) {
+      MicroBatchRoute route;
+      InFlight f{make_exchange(ctx, next, encoder_dp, route), {}, {}};
+      {
+        auto timed = ctx.timer.measure(Phase::kEncoderForward);
+        f.rows = ctx.model.encode(assigned_images(ctx.data, ctx.config, route, encoder_dp, ctx.step));
+      }
+      auto timed = ctx.timer.measure(Phase::kBoundaryForward);
+      f.sends = f.exchange->post_forward(f.rows, rows_tag(next));
+      in_flight.push_back(std::move(f));
+    }
+    InFlight& oldest = in_flight.front();
+    at::Tensor grad;
+    {
+      auto timed = ctx.timer.measure(Phase::kWait);
+      grad = oldest.exchange->receive_backward(ctx.config.llm.hidden, grads_tag(done));
+      wait_all(oldest.sends);
+    }
+    {
+      auto timed = ctx.timer.measure(Phase::kEncoderBackward);
+      backward_if_graph(oldest.rows, grad);
+    }
+    in_flight.pop_front();
+  }
+  return 0;
+}
+
+double llm_side(const StepContext& ctx) {
+  const RunConfig& c = ctx.config;
+  ModuleGroups& llm = ctx.groups.llm();
+  std::vector<Group::Pending> grad_sends;
+  double loss_share = 0;
+  for (int64_t m = 0; m < ctx.micro_batches; ++m) {
+    MicroBatchRoute route;
+    const auto exchange = make_exchange(ctx, m, -1, route);
+    at::Tensor arrived;
+    {
+      auto timed = ctx.timer.measure(Phase::kWait);  // mostly waiting, when the encoder is behind
+      arrived = exchange->receive_forward(c.llm.hidden, rows_tag(m)).requires_grad_(true);
+    }
+    const MicroBatch batch =
+        ctx.data.micro_batch(ctx.step, first_sample(c, llm.coord().dp, m), c.data.micro_batch_size);
+    loss_share += llm_forward_backward(ctx, batch, arrived);
+    {
+      auto timed = ctx.timer.measure(Phase::kBoundaryBackward);
+      for (Group::Pending& p : exchange->post_backward(grad_or_zeros(arrived), grads_tag(m))) grad_sends.push_back(std::move(p));
+    }
+  }
+  auto timed = ctx.timer.measure(Phase::kWait);
+  wait_all(grad_sends);
+  return loss_share;
+}
+
+}  // namespace
+
+double run_noncolocated_micro_batches(const StepContext& ctx) {
+  return ctx.groups.encoder().active() ? encoder_side(ctx) : llm_side(ctx);
+}
+
+}  // namespace hetpar
