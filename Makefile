@@ -10,7 +10,10 @@ export PATH := /usr/local/cuda/bin:$(PATH)
 export HETPAR_VENV := $(VENV)
 export HETPAR_TORCH_VERSION := $(TORCH_VERSION)
 
-.PHONY: all deps configure build run test clean
+SWEEP ?= sweeps/cpu_default.toml
+RESULTS ?= results/sweeps/cpu-default
+
+.PHONY: all deps configure build run plots test clean
 
 all: build
 
@@ -23,9 +26,14 @@ configure: deps
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
-# The main job (until the default sweep lands): a short real multi-rank run.
+# The main job: the default sweep, measured anew each time (--fresh); it
+# prints its report and where its figures and tables are.
 run: build
-	$(BUILD)/hetpar train workloads/runs/quickstart.toml
+	$(BUILD)/hetpar sweep $(SWEEP) --out $(RESULTS) --fresh
+
+# Redraw the figures of a results directory.
+plots: deps
+	$(VENV)/bin/python plots/plot_results.py $(RESULTS)
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(CTEST_JOBS)

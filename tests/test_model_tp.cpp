@@ -5,6 +5,7 @@
 // gradient. fp32, |a - b| <= 1e-6 + 1e-5 * max|b|.
 #include <ATen/ATen.h>
 
+#include "metrics/model_flops.hpp"
 #include "model/llama.hpp"
 #include "model/param_init.hpp"
 #include "model/vision_encoder.hpp"
@@ -96,6 +97,17 @@ HETPAR_WORKER(multimodal_model) {
   const Batch batch = make_batch(e, l);
 
   Models par = build(e, l, tp), ref = build(e, l, one);
+  auto count = [](torch::nn::Module& m) {
+    int64_t n = 0;
+    for (const at::Tensor& p : m.parameters()) n += p.numel();
+    return n;
+  };
+  require(count(*ref.encoder) == encoder_parameters(e), "encoder has {} parameters, the count says {}",
+          count(*ref.encoder), encoder_parameters(e));
+  require(count(*ref.projector) == projector_parameters(e, l), "projector has {} parameters, the count says {}",
+          count(*ref.projector), projector_parameters(e, l));
+  require(count(*ref.llm) == llm_parameters(l), "llm has {} parameters, the count says {}", count(*ref.llm),
+          llm_parameters(l));
   const Result got = step(par, batch), want = step(ref, batch);
   require(want.loss.item<double>() > 1.0, "reference loss {} looks degenerate", want.loss.item<double>());
   expect_close(got.loss, want.loss, "loss");

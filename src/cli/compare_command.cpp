@@ -2,68 +2,67 @@
 
 #include <nlohmann/json.hpp>
 
-#include <cmath>
-#include <filesystem>
-#include <fstream>
-#include <map>
 
+#include "metrics/results_compare.hpp"
+#include "metrics/results_csv.hpp"
+#include "metrics/run_summary.hpp"
 #include "util/exit_codes.hpp"
 #include "util/log.hpp"
 
 namespace hetpar {
+
+CLI::App* add_compare_command(CLI::App& app, CompareArgs& args) {
+  CLI::App* cmd = app.add_subcommand("compare", "Compare two runs' loss curves step by step, or two sweeps' results");
+  auto* a = cmd->add_option("run_a", args.run_a, "run directory or steps.jsonl");
+  auto* b = cmd->add_option("run_b", args.run_b, "run directory or steps.jsonl (the reference)");
+  cmd->add_option("--rtol", args.rtol, "largest allowed |a - b| / |b| at any step")->check(CLI::NonNegativeNumber);
+  auto* results = cmd->add_option("--results", args.results, "OLD NEW: two sweeps' result directories")
+                      ->expected(2)->excludes(a)->excludes(b);
+  cmd->add_option("--threshold", args.threshold, "with --results: a drop beyond this is a regression (5% or 0.05)")
+      ->needs(results);
+  a->needs(b);
+  return cmd;
+}
+
 namespace {
 
-// step -> loss of a run's steps.jsonl (a directory holding it, or the file).
-std::map<int64_t, double> read_losses(const std::string& run) {
-  const std::string path = std::filesystem::is_directory(run) ? run + "/steps.jsonl" : run;
-  std::ifstream in(path);
-  if (!in) die(kExitConfigError, "cannot read " + path);
-  std::map<int64_t, double> losses;
-  int line_number = 0;
-  for (std::string line; std::getline(in, line);) {
-    ++line_number;
-    try {
-      const auto j = nlohmann::json::parse(line);
-      losses[j.at("step").get<int64_t>()] = j.at("loss").get<double>();
-    } catch (const std::exception& e) {
-      die(kExitConfigError, fmt::format("{}:{}: not a step record with step and loss: {}", path, line_number, e.what()));
-    }
+int compare_result_sets(const CompareArgs& args) {
+  double threshold = 0;
+  std::vector<nlohmann::json> old_records, new_records;
+  try {
+    threshold = parse_threshold(args.threshold);
+    old_records = read_results(args.results[0]);
+    new_records = read_results(args.results[1]);
+  } catch (const std::exception& e) {
+    die(kExitConfigError, e.what());
   }
-  if (losses.empty()) die(kExitConfigError, path + ": no steps");
-  return losses;
+  const ResultsComparison c = compare_results(old_records, new_records, threshold);
+  log_info("{}", c.text);
+  if (c.matched == 0) die(kExitConfigError, "the two result sets share no point");
+  return c.regressions > 0 ? kExitError : 0;
 }
 
 }  // namespace
 
-CLI::App* add_compare_command(CLI::App& app, CompareArgs& args) {
-  CLI::App* cmd = app.add_subcommand("compare", "Compare two runs' loss curves step by step");
-  cmd->add_option("run_a", args.run_a, "run directory or steps.jsonl")->required();
-  cmd->add_option("run_b", args.run_b, "run directory or steps.jsonl (the reference)")->required();
-  cmd->add_option("--rtol", args.rtol, "largest allowed |a - b| / |b| at any step")->check(CLI::NonNegativeNumber);
-  return cmd;
-}
-
 int run_compare(const CompareArgs& args) {
-  const auto a = read_losses(args.run_a), b = read_losses(args.run_b);
-  double max_abs = 0, max_rel = 0;
-  int64_t worst_step = 0, compared = 0;
-  for (const auto& [step, loss_b] : b) {
-    const auto it = a.find(step);
-    if (it == a.end()) continue;
-    ++compared;
-    const double abs_diff = std::abs(it->second - loss_b);
-    const double rel_diff = abs_diff / std::max(std::abs(loss_b), 1e-30);
-    max_abs = std::max(max_abs, abs_diff);
-    if (rel_diff >= max_rel) max_rel = rel_diff, worst_step = step;
+  if (!args.results.empty()) return compare_result_sets(args);
+  if (args.run_a.empty() || args.run_b.empty()) die(kExitConfigError, "compare needs RUN_A RUN_B or --results OLD NEW");
+  std::vector<nlohmann::json> a, b;
+  try {
+    a = read_steps(args.run_a);
+    b = read_steps(args.run_b);
+  } catch (const std::runtime_error& e) {
+    die(kExitConfigError, e.what());
   }
-  if (compared == 0) die(kExitConfigError, "the two runs share no step");
+  const LossCurveDifference d = loss_curve_difference(a, b);
+  if (d.compared == 0) die(kExitConfigError, "the two runs share no step");
   if (a.size() != b.size()) {
     log_error("warning: {} has {} steps, {} has {}; compared the {} they share", args.run_a, a.size(), args.run_b,
-              b.size(), compared);
+              b.size(), d.compared);
   }
-  const bool ok = max_rel <= args.rtol;
-  log_info("{} steps compared: max |diff| {:.3g}, max relative {:.3g} (step {}), tolerance {:.3g}: {}", compared,
-           max_abs, max_rel, worst_step, args.rtol, ok ? "within" : "EXCEEDED");
+  const bool ok = d.max_rel <= args.rtol;
+  log_info("{} steps compared: max |diff| {:.3g}, max relative {:.3g} (step {}), tolerance {:.3g}: {}", d.compared,
+           d.max_abs, d.max_rel, d.worst_step, args.rtol, ok ? "within" : "EXCEEDED");
   return ok ? 0 : kExitError;
 }
 

@@ -15,17 +15,6 @@ std::string self_executable() {
   return path.string();
 }
 
-// What the trainer can run today; the config format already describes more.
-void check_trainer_supports(const RunConfig& c) {
-  for (const auto& [module, layout] : {std::pair{"encoder", c.placement.encoder}, std::pair{"llm", c.placement.llm}}) {
-    if (layout.cp > 1 || layout.pp > 1) {
-      throw ConfigError(c.source_file, std::string("layout.") + module,
-                        "context and pipeline parallelism are not built yet: cp and pp must be 1, got " +
-                            layout.to_string());
-    }
-  }
-}
-
 }  // namespace
 
 void add_job_options(CLI::App& cmd, JobArgs& args) {

@@ -3,6 +3,7 @@
 
 #include "cli/compare_command.hpp"
 #include "cli/eval_command.hpp"
+#include "cli/sweep_command.hpp"
 #include "cli/train_command.hpp"
 #include "config/config_error.hpp"
 #include "util/build_info.hpp"
@@ -19,6 +20,8 @@ int main(int argc, char** argv) {
   CLI::App* eval_cmd = hetpar::add_eval_command(app, eval);
   hetpar::CompareArgs compare;
   CLI::App* compare_cmd = hetpar::add_compare_command(app, compare);
+  hetpar::SweepArgs sweep;
+  CLI::App* sweep_cmd = hetpar::add_sweep_command(app, sweep);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -29,6 +32,7 @@ int main(int argc, char** argv) {
     if (train_cmd->parsed()) return hetpar::run_train(train);
     if (eval_cmd->parsed()) return hetpar::run_eval(eval);
     if (compare_cmd->parsed()) return hetpar::run_compare(compare);
+    if (sweep_cmd->parsed()) return hetpar::run_sweep_command(sweep);
   } catch (const std::exception& e) {
     hetpar::die_of(e);
   }

@@ -243,6 +243,17 @@ RunConfig load_run_config(const std::string& file, const std::vector<std::string
   return config;
 }
 
+void check_trainer_supports(const RunConfig& c) {
+  for (const auto& [module, layout] : {std::pair{"encoder", c.placement.encoder}, std::pair{"llm", c.placement.llm}}) {
+    if (layout.cp > 1 || layout.pp > 1) {
+      throw ConfigError(c.source_file, std::string("layout.") + module,
+                        "context and pipeline parallelism are not built yet: cp and pp must be 1, got " +
+                            layout.to_string());
+    }
+  }
+}
+
+
 void check_world_size(const RunConfig& config, int launched_world_size) {
   if (launched_world_size != config.placement.world_size) {
     throw ConfigError(config.source_file, "layout",

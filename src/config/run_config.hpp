@@ -16,6 +16,7 @@ struct RunSection {
   std::string name;        // default: the run file's stem
   int64_t seed = 1234;
   int64_t steps = 10;
+  int64_t timing_warmup_steps = 1;  // left out of the run's timing summary
 };
 
 struct EncoderConfig {     // ViT (SigLIP/CLIP style)
@@ -89,6 +90,10 @@ struct RunConfig {
 // validates everything and returns the resolved config.
 // Throws ConfigError (file, key, reason) on the first problem.
 RunConfig load_run_config(const std::string& file, const std::vector<std::string>& overrides);
+
+// What the trainer can run today (the config format already describes
+// more): throws ConfigError naming the layout otherwise.
+void check_trainer_supports(const RunConfig& config);
 
 // The job must be launched with exactly the ranks the placement needs.
 // Throws ConfigError naming key "layout" otherwise.

@@ -182,6 +182,8 @@ std::vector<SchemaKey> build_schema() {
       run.key<&RunSection::name>("name", non_empty(), "label of the run in logs and results", "(run file stem)"),
       run.key<&RunSection::seed>("seed", at_least(0), "seed for weights and synthetic data"),
       run.key<&RunSection::steps>("steps", at_least(1), "optimizer steps to run"),
+      run.key<&RunSection::timing_warmup_steps>("timing_warmup_steps", at_least(0),
+          "first steps left out of the timing summary (all count when the run is shorter)"),
       encoder.key<&Enc::image_size>("image_size", at_least(1), "side of the square input image, pixels"),
       encoder.key<&Enc::patch_size>("patch_size", at_least(1), "side of a square patch, pixels"),
       encoder.key<&Enc::channels>("channels", at_least(1), "colour channels per pixel"),

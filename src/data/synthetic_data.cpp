@@ -87,6 +87,12 @@ MicroBatch SyntheticData::micro_batch(int64_t step, int64_t first, int64_t count
   return b;
 }
 
+int64_t SyntheticData::images_in_step(int64_t step) const {
+  int64_t n = 0;
+  for (int64_t s = 0; s < data_.global_batch_size; ++s) n += static_cast<int64_t>(text(step, s).image_classes.size());
+  return n;
+}
+
 int64_t SyntheticData::target_tokens(int64_t step) const {
   int64_t n = 0;
   for (int64_t s = 0; s < data_.global_batch_size; ++s) {

@@ -48,6 +48,8 @@ class SyntheticData {
   MicroBatch micro_batch(int64_t step, int64_t first, int64_t count) const;
   // Target tokens in the whole global batch of a step: the loss divisor.
   int64_t target_tokens(int64_t step) const;
+  // Images in the whole global batch of a step (for its FLOPs).
+  int64_t images_in_step(int64_t step) const;
 
  private:
   EncoderConfig encoder_;

@@ -102,4 +102,21 @@ double gpt_closed_form_training_flops(int64_t batch, int64_t seq, int64_t layers
   return 72.0 * b * s * l * h * h * (1.0 + s / (6.0 * h) + v / (12.0 * l * h));
 }
 
+int64_t encoder_parameters(const EncoderConfig& e) {
+  const int64_t h = e.hidden, m = e.mlp_hidden;
+  const int64_t patch = e.channels * e.patch_size * e.patch_size * h + h;
+  const int64_t block = 2 * h + 4 * (h * h + h) + 2 * h + (h * m + m) + (m * h + h);  // LNs, q/k/v/o, fc1, fc2
+  return patch + e.tokens_per_image() * h + e.layers * block;
+}
+
+int64_t projector_parameters(const EncoderConfig& e, const LlmConfig& l) {
+  return (e.hidden * l.hidden + l.hidden) + (l.hidden * l.hidden + l.hidden);
+}
+
+int64_t llm_parameters(const LlmConfig& l) {
+  const int64_t h = l.hidden, kv = l.kv_heads * (h / l.heads);
+  const int64_t block = 2 * h + (h * h + 2 * h * kv + h * h) + 3 * h * l.ffn_hidden;  // RMSNorms, q/k/v/o, SwiGLU
+  return 2 * l.vocab_size * h + l.layers * block + h;
+}
+
 }  // namespace hetpar

@@ -36,6 +36,11 @@ double encoder_forward_flops_per_image(const EncoderConfig& encoder);
 double projector_forward_flops_per_image(const EncoderConfig& encoder, const LlmConfig& llm);
 double llm_forward_flops_per_sample(const LlmConfig& llm);  // seq_len tokens, LM head included
 
+// Parameters of each module, full (unsharded): sizes for reports and plots.
+int64_t encoder_parameters(const EncoderConfig& encoder);  // patch + position embeddings, blocks
+int64_t projector_parameters(const EncoderConfig& encoder, const LlmConfig& llm);
+int64_t llm_parameters(const LlmConfig& llm);               // embedding, blocks, final norm, head
+
 // One optimizer step of the whole job (all ranks together).
 struct StepFlops {
   double encoder_forward = 0, projector_forward = 0, llm_forward = 0;

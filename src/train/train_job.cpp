@@ -16,11 +16,12 @@
 #include "dist/runtime.hpp"
 #include "interop/hf_llava.hpp"
 #include "train/job_setup.hpp"
+#include "metrics/run_summary.hpp"
+#include "train/run_metrics.hpp"
 #include "train/step_report.hpp"
 #include "train/step_schedule.hpp"
 #include "train/grad_sync.hpp"
 #include "train/multimodal_model.hpp"
-#include "util/build_info.hpp"
 #include "util/exit_codes.hpp"
 #include "util/log.hpp"
 
@@ -59,20 +60,6 @@ void set_learning_rate(torch::optim::AdamW& optimizer, double lr) {
   for (auto& group : optimizer.param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
 }
 
-nlohmann::json run_metadata(const RunConfig& config, const Runtime& runtime) {
-  return {{"hetpar_version", build_version()},
-          {"commit", build_commit()},
-          {"torch_version", build_torch_version()},
-          {"backend", runtime.backend()},
-          {"device", "cpu"},
-          {"world_size", runtime.world_size()},
-          {"placement", to_string(config.placement.placement)},
-          {"layout_encoder", config.placement.encoder.to_string()},
-          {"layout_llm", config.placement.llm.to_string()},
-          {"run", config.run.name},
-          {"seed", config.run.seed}};
-}
-
 }  // namespace
 
 int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutputs& outputs) {
@@ -98,7 +85,7 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
 
   const int64_t samples_per_rank = config.data.global_batch_size / config.placement.llm.dp;
   const int64_t micro_batches = samples_per_rank / config.data.micro_batch_size;
-  const int64_t tokens_per_step = config.data.global_batch_size * config.llm.seq_len;
+  RunMetrics metrics(config, runtime, data);
 
   std::ofstream steps_file;
   if (leader) {
@@ -111,11 +98,18 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
     log_info("{} ranks, backend {}, launched by {}; {} trainable parameters on rank 0; {} micro-batches of {} per "
              "dp rank", runtime.world_size(), runtime.backend(), env.launcher, count, micro_batches,
              config.data.micro_batch_size);
+    log_info("model FLOPs per step:\n{}", metrics.assumptions());
+    const nlohmann::json meta = metrics.metadata();
+    if (meta["ranks_per_core"].get<double>() > 1.0) {
+      log_error("warning: {} ranks x {} thread(s) on {} cores: ranks share cores, so these timings are not "
+                "comparable with a machine where each rank has its own", runtime.world_size(),
+                config.runtime.intra_op_threads, meta["cores"].get<int>());
+    }
   }
 
-  nlohmann::json summary = run_metadata(config, runtime);
+  nlohmann::json summary = metrics.metadata();
+  std::vector<nlohmann::json> step_lines;
   PhaseTimer timer;
-  double timed_seconds = 0;
   for (int64_t step = 1; step <= config.run.steps; ++step) {
     maybe_inject_fault(runtime.rank(), step);
     const auto t0 = Clock::now();
@@ -139,22 +133,11 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
     }
     const StepReport report = gather_step_report(runtime.world(), local_loss, timer.take());
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-    if (step > 1) timed_seconds += seconds;
     if (leader) {
-      const double loss_value = report.loss;
-      nlohmann::json line = {{"step", step}, {"loss", loss_value}, {"grad_norm", grad_norm}, {"lr", lr},
-                             {"step_seconds", seconds},
-                             {"tokens_per_second", static_cast<double>(tokens_per_step) / seconds},
-                             {"critical_rank", report.critical_rank},
-                             {"peak_memory_mib", report.peak_memory_bytes / (1 << 20)}};
-      for (int p = 0; p < kPhaseCount; ++p) {
-        line["phases"][std::string(phase_name(static_cast<Phase>(p)))] = report.critical_phases[p];
-      }
+      const nlohmann::json line = metrics.step_line({step, report.loss, grad_norm, lr, seconds}, report);
       steps_file << line.dump() << "\n" << std::flush;
-      log_info("step {:>4} | loss {:.4f} | grad norm {:.3f} | lr {:.2e} | {:7.1f} ms | {:.0f} tokens/s", step,
-               loss_value, grad_norm, lr, seconds * 1e3, static_cast<double>(tokens_per_step) / seconds);
-      if (step == 1) summary["first_loss"] = loss_value;
-      summary["last_loss"] = loss_value;
+      log_info("{}", metrics.step_text(line));
+      step_lines.push_back(line);
     }
   }
   if (!outputs.save_hf.empty()) {
@@ -163,9 +146,13 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
   }
   if (leader) {
     summary["steps"] = config.run.steps;
-    if (config.run.steps > 1) {
-      summary["mean_step_seconds_after_first"] = timed_seconds / static_cast<double>(config.run.steps - 1);
-    }
+    summary["first_loss"] = step_lines.front()["loss"];
+    summary["last_loss"] = step_lines.back()["loss"];
+    summary.update(summarize_steps(step_lines, config.run.timing_warmup_steps));
+    log_info("median over {} steps after {} warm-up: {:.1f} ms/step, {:.4f} TFLOPS/rank, MFU {:.1f}%, {:.0f} "
+             "tokens/s", summary["timed_steps"].get<int64_t>(), summary["warmup_steps"].get<int64_t>(),
+             summary["step_seconds_median"].get<double>() * 1e3, summary["tflops_per_gpu"].get<double>(),
+             100 * summary["mfu"].get<double>(), summary["tokens_per_second"].get<double>());
     std::ofstream(out_dir + "/summary.json") << summary.dump(2) << "\n";
     log_info("done: {} steps, results in {}/", config.run.steps, out_dir);
   }

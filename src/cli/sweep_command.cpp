@@ -1,0 +1,100 @@
+#include "cli/sweep_command.hpp"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "config/config_error.hpp"
+#include "metrics/model_flops.hpp"
+#include "sweep/sweep_runner.hpp"
+#include "util/exit_codes.hpp"
+#include "util/log.hpp"
+
+namespace hetpar {
+namespace {
+
+std::string self_executable() {
+  std::error_code ec;
+  const auto path = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string("hetpar") : path.string();
+}
+
+// The plots need the venv's python (matplotlib); HETPAR_PYTHON overrides it.
+std::string plot_python() {
+  if (const char* env = std::getenv("HETPAR_PYTHON")) return env;
+  return HETPAR_DEFAULT_PYTHON;
+}
+
+std::string layout_text(const RunConfig& c) {
+  const ModulePlacement& p = c.placement;
+  return fmt::format("{} enc {} [{},{}) llm {} [{},{})", to_string(p.placement), p.encoder.to_string(),
+                     p.encoder_ranks.offset, p.encoder_ranks.end(), p.llm.to_string(), p.llm_ranks.offset,
+                     p.llm_ranks.end());
+}
+
+int dry_run(const SweepSpec& spec, const std::vector<SweepRun>& runs) {
+  int points = 0, valid = 0, baselines = 0;
+  log_info("sweep {} ({}): base run {}", spec.name, spec.file, spec.base);
+  log_info("{:<5} {:<44} {:>5} {:>12}  {:<8} {}", "run", "label", "ranks", "FLOPs/step", "baseline", "layout");
+  for (const SweepRun& r : runs) {
+    r.is_baseline ? ++baselines : ++points;
+    if (!r.config) {
+      log_info("{:<5} {:<44} INVALID: {}", r.id, r.label, r.invalid_reason);
+      continue;
+    }
+    valid += !r.is_baseline;
+    const double flops =
+        step_flops(*r.config, static_cast<int64_t>(expected_images_per_step(*r.config) + 0.5)).total();
+    log_info("{:<5} {:<44} {:>5} {:>12.4e}  {:<8} {}", r.id, r.label, r.world_size, flops,
+             r.is_baseline ? "-" : r.baseline_id, layout_text(*r.config));
+  }
+  log_info("{} points ({} valid, {} invalid), {} baselines; model FLOPs per step at the expected images per step",
+           points, valid, points - valid, baselines);
+  return valid > 0 ? 0 : kExitConfigError;
+}
+
+}  // namespace
+
+CLI::App* add_sweep_command(CLI::App& app, SweepArgs& args) {
+  CLI::App* cmd = app.add_subcommand("sweep", "Run (or --dry-run) a sweep of configurations against their baselines");
+  cmd->add_option("file", args.file, "sweep file (TOML: [sweep] and [[axis]] tables)")->required();
+  cmd->add_option("--out", args.out_dir, "results directory (default results/sweeps/<sweep name>)");
+  cmd->add_option("--set", args.overrides, "override a key of every run: --set run.steps=5 (repeatable)");
+  cmd->add_flag("--dry-run", args.dry_run, "validate and list the points with ranks and FLOPs; run nothing");
+  cmd->add_flag("--fresh", args.fresh, "discard earlier results in the output directory instead of resuming");
+  cmd->add_flag("--no-plots", args.no_plots, "skip drawing the figures");
+  cmd->add_option("--run-timeout", args.run_timeout_s, "seconds one run may take before it is killed")
+      ->check(CLI::PositiveNumber);
+  return cmd;
+}
+
+int run_sweep_command(const SweepArgs& args) {
+  SweepSpec spec;
+  try {
+    spec = load_sweep_spec(args.file);
+  } catch (const ConfigError& e) {
+    die(kExitConfigError, e.what());
+  }
+  const std::vector<SweepRun> runs = expand_sweep(spec, args.overrides);
+  if (args.dry_run) return dry_run(spec, runs);
+  bool any_valid = false;
+  for (const SweepRun& r : runs) {
+    if (!r.config) log_error("skipping {} ({}): {}", r.id, r.label, r.invalid_reason);
+    any_valid |= r.config.has_value();
+  }
+  if (!any_valid) die(kExitConfigError, "no valid point in " + args.file);
+  SweepOptions options;
+  options.out_dir = args.out_dir.empty() ? "results/sweeps/" + spec.name : args.out_dir;
+  options.hetpar_binary = self_executable();
+  options.fresh = args.fresh;
+  options.run_timeout_s = args.run_timeout_s;
+  if (!args.no_plots) {
+    options.python = plot_python();
+    options.plot_script = std::string(HETPAR_SOURCE_DIR) + "/plots/plot_results.py";
+  }
+  return run_sweep(spec, runs, options);
+}
+
+}  // namespace hetpar

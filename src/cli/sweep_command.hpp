@@ -1,0 +1,26 @@
+// `hetpar sweep FILE [--dry-run] [--out DIR] [--set k=v]...`: expands a sweep
+// file's grid, validates every point (invalid ones listed with their reason),
+// and runs each valid point and its baseline in fresh processes; resumable.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+#include <vector>
+
+namespace hetpar {
+
+struct SweepArgs {
+  std::string file;
+  std::string out_dir;                 // default: results/sweeps/<sweep name>
+  std::vector<std::string> overrides;  // applied to every run, last
+  bool dry_run = false;
+  bool fresh = false;
+  bool no_plots = false;
+  double run_timeout_s = 3600;
+};
+
+CLI::App* add_sweep_command(CLI::App& app, SweepArgs& args);
+int run_sweep_command(const SweepArgs& args);
+
+}  // namespace hetpar

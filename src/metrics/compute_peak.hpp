@@ -1,0 +1,22 @@
+// The peak a rank's compute is measured against for MFU: a GPU's dense peak
+// from the vendor table, or on CPU the fp32 GEMM rate one rank reaches here
+// (measured at start-up with the rank's own thread count, all ranks at once,
+// so it includes the contention the run itself will see).
+#pragma once
+
+#include <string>
+
+namespace hetpar {
+
+struct ComputePeak {
+  double flops_per_second = 0;  // per rank
+  std::string source;           // how it was obtained, for the log and the results
+};
+
+// fp32 GEMM FLOP/s of this process: square matmuls for about `seconds`.
+double measure_cpu_gemm_flops(double seconds = 0.3);
+
+// A readable name of this machine's CPU ("cpu: <model name>").
+std::string cpu_device_name();
+
+}  // namespace hetpar

@@ -1,0 +1,28 @@
+// The regression check between two sweeps' results: matched by label, judged on
+// TFLOPS/GPU and tokens/s against a relative threshold.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace hetpar {
+
+struct ResultsComparison {
+  std::string text;      // the table and notes, ready to print
+  int regressions = 0;   // rows where a metric fell by more than the threshold
+  int matched = 0;       // labels with an "ok" record in both sets
+  std::vector<std::string> only_old, only_new;  // "ok" labels present on one side only
+};
+
+// Records of status "ok" are matched across the sets by `label`; others are
+// ignored (and counted in the text). `threshold` is a fraction: 0.05 = 5%.
+ResultsComparison compare_results(const std::vector<nlohmann::json>& old_records,
+                                  const std::vector<nlohmann::json>& new_records, double threshold);
+
+// "5%" -> 0.05, "12.5%" -> 0.125, "0.05" -> 0.05. A bare number must be a
+// fraction in [0, 1), so "5" is refused rather than read as 500%.
+// Throws std::invalid_argument naming the value.
+double parse_threshold(const std::string& text);
+
+}  // namespace hetpar

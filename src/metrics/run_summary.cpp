@@ -1,0 +1,93 @@
+#include "metrics/run_summary.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <stdexcept>
+
+namespace hetpar {
+
+double quantile(std::vector<double> values, double q) {
+  if (values.empty()) return std::numeric_limits<double>::quiet_NaN();
+  std::sort(values.begin(), values.end());
+  const double at = q * static_cast<double>(values.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(at)), hi = static_cast<size_t>(std::ceil(at));
+  return values[lo] + (values[hi] - values[lo]) * (at - static_cast<double>(lo));
+}
+
+nlohmann::json summarize_steps(const std::vector<nlohmann::json>& steps, int64_t warmup_steps) {
+  const bool skip = static_cast<int64_t>(steps.size()) > warmup_steps;
+  std::vector<const nlohmann::json*> timed;
+  for (size_t i = skip ? static_cast<size_t>(warmup_steps) : 0; i < steps.size(); ++i) timed.push_back(&steps[i]);
+  auto column = [&](const char* field) {
+    std::vector<double> v;
+    for (const nlohmann::json* s : timed) {
+      if (s->contains(field) && (*s)[field].is_number()) v.push_back((*s)[field].get<double>());
+    }
+    return v;
+  };
+  nlohmann::json out = {{"timed_steps", timed.size()}, {"warmup_steps", skip ? warmup_steps : 0}};
+  const std::vector<double> seconds = column("step_seconds");
+  out["step_seconds_median"] = quantile(seconds, 0.5);
+  out["step_seconds_p10"] = quantile(seconds, 0.1);
+  out["step_seconds_p90"] = quantile(seconds, 0.9);
+  for (const char* field : {"tflops_per_gpu", "mfu", "tokens_per_second", "image_tokens_per_second",
+                            "samples_per_second", "flops"}) {
+    const std::vector<double> v = column(field);
+    if (!v.empty()) out[field == std::string("flops") ? "flops_per_step" : field] = quantile(v, 0.5);
+  }
+  double peak = 0;
+  for (const nlohmann::json& s : steps) peak = std::max(peak, s.value("peak_memory_mib", 0.0));
+  out["peak_memory_mib"] = peak;
+  std::map<std::string, std::vector<double>> phases;
+  for (const nlohmann::json* s : timed) {
+    if (!s->contains("phases")) continue;
+    for (const auto& [name, value] : (*s)["phases"].items()) phases[name].push_back(value.get<double>());
+  }
+  out["phases"] = nlohmann::json::object();
+  for (const auto& [name, values] : phases) out["phases"][name] = quantile(values, 0.5);
+  return out;
+}
+
+LossCurveDifference loss_curve_difference(const std::vector<nlohmann::json>& a, const std::vector<nlohmann::json>& b) {
+  std::map<int64_t, double> losses_a;
+  for (const nlohmann::json& s : a) losses_a[s.at("step").get<int64_t>()] = s.at("loss").get<double>();
+  LossCurveDifference d;
+  for (const nlohmann::json& s : b) {
+    const auto it = losses_a.find(s.at("step").get<int64_t>());
+    if (it == losses_a.end()) continue;
+    const double loss_b = s.at("loss").get<double>();
+    const double abs_diff = std::abs(it->second - loss_b);
+    const double rel_diff = abs_diff / std::max(std::abs(loss_b), 1e-30);
+    ++d.compared;
+    d.max_abs = std::max(d.max_abs, abs_diff);
+    if (rel_diff >= d.max_rel) d.max_rel = rel_diff, d.worst_step = it->first;
+  }
+  return d;
+}
+
+std::vector<nlohmann::json> read_steps(const std::string& run) {
+  const std::string path = std::filesystem::is_directory(run) ? run + "/steps.jsonl" : run;
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot read " + path);
+  std::vector<nlohmann::json> steps;
+  int line_number = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++line_number;
+    try {
+      steps.push_back(nlohmann::json::parse(line));
+      steps.back().at("step").get<int64_t>();
+      steps.back().at("loss").get<double>();
+    } catch (const std::exception& e) {
+      throw std::runtime_error(path + ":" + std::to_string(line_number) + ": not a step record with step and loss: " +
+                               e.what());
+    }
+  }
+  if (steps.empty()) throw std::runtime_error(path + ": no steps");
+  return steps;
+}
+
+}  // namespace hetpar

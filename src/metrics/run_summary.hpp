@@ -1,0 +1,36 @@
+// From per-step records to the figures of a run: medians and spread over the
+// steps after the warm-up (the first steps pay for allocation and caches), so
+// one slow step neither hides nor fakes a speed-up.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <vector>
+
+namespace hetpar {
+
+// The value at quantile q in [0, 1] of `values` (linear interpolation);
+// NaN when empty.
+double quantile(std::vector<double> values, double q);
+
+// Summary of steps.jsonl records (fields step_seconds, tflops_per_gpu, mfu,
+// tokens_per_second, image_tokens_per_second, samples_per_second, flops,
+// peak_memory_mib, phases{...}): medians (and p10/p90 of the step time)
+// over the steps after `warmup_steps`, or over all steps when the run is
+// shorter than that (timed_steps says which).
+nlohmann::json summarize_steps(const std::vector<nlohmann::json>& steps, int64_t warmup_steps);
+
+// Step-by-step loss parity of two runs' steps (b is the reference).
+struct LossCurveDifference {
+  int64_t compared = 0;  // steps present in both
+  double max_abs = 0, max_rel = 0;
+  int64_t worst_step = 0;
+};
+LossCurveDifference loss_curve_difference(const std::vector<nlohmann::json>& a, const std::vector<nlohmann::json>& b);
+
+// The records of a run's steps.jsonl (a run directory or the file itself).
+// Throws std::runtime_error naming the file (and line) when it cannot.
+std::vector<nlohmann::json> read_steps(const std::string& run);
+
+}  // namespace hetpar

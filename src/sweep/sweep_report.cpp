@@ -1,0 +1,117 @@
+#include "sweep/sweep_report.hpp"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <map>
+
+namespace hetpar {
+namespace {
+
+using Json = nlohmann::json;
+
+double number(const Json& r, const char* field) {
+  return r.contains(field) && r[field].is_number() ? r[field].get<double>() : 0.0;
+}
+
+std::string ratio_text(const Json& r, const char* field) {
+  return r.contains(field) && r[field].is_number() ? fmt::format("{:.3f}x", r[field].get<double>()) : "-";
+}
+
+// The other axes' values: points that differ only in placement share it.
+std::string group_of(const Json& r) {
+  std::string key;
+  if (!r.contains("axes")) return key;
+  for (const auto& [axis, value] : r["axes"].items()) {
+    if (axis != "placement") key += (key.empty() ? "" : " / ") + value.get<std::string>();
+  }
+  return key.empty() ? "(all)" : key;
+}
+
+std::string side_by_side(const std::vector<const Json*>& ok_runs) {
+  // group -> placement -> the point with the most tokens/s
+  std::map<std::string, std::map<std::string, const Json*>> best;
+  std::map<std::string, const Json*> baseline_of_group;
+  std::map<std::string, const Json*> by_id;
+  for (const Json* r : ok_runs) by_id[r->value("run_id", "")] = r;
+  for (const Json* r : ok_runs) {
+    if (r->value("role", "") != "point") continue;
+    const std::string g = group_of(*r);
+    const Json*& slot = best[g][r->value("placement", "?")];
+    if (!slot || number(*r, "tokens_per_second") > number(*slot, "tokens_per_second")) slot = r;
+    const auto b = by_id.find(r->value("baseline_id", ""));
+    if (b != by_id.end()) baseline_of_group[g] = b->second;
+  }
+  std::string out =
+      "| setting | colocated / uniform TFLOPS/GPU | non-colocated / colocated tokens/s | non-colocated / colocated "
+      "TFLOPS/GPU | non-colocated / uniform tokens/s |\n|---|---|---|---|---|\n";
+  auto ratio = [](const Json* a, const Json* b, const char* field) {
+    return a && b && number(*b, field) > 0 ? fmt::format("{:.3f}x", number(*a, field) / number(*b, field))
+                                           : std::string("-");
+  };
+  for (const auto& [g, placements] : best) {
+    const Json* coloc = placements.count("colocated") ? placements.at("colocated") : nullptr;
+    const Json* noncoloc = placements.count("non-colocated") ? placements.at("non-colocated") : nullptr;
+    const Json* base = baseline_of_group.count(g) ? baseline_of_group.at(g) : nullptr;
+    out += fmt::format("| {} | {} | {} | {} | {} |\n", g, ratio(coloc, base, "tflops_per_gpu"),
+                       ratio(noncoloc, coloc, "tokens_per_second"), ratio(noncoloc, coloc, "tflops_per_gpu"),
+                       ratio(noncoloc, base, "tokens_per_second"));
+  }
+  return out;
+}
+
+}  // namespace
+
+SweepVerdict sweep_report(const std::vector<Json>& records, const SweepSpec& spec) {
+  std::vector<const Json*> ok_runs;
+  int failed = 0, invalid = 0, parity_misses = 0, points = 0;
+  std::string failures;
+  for (const Json& r : records) {
+    const std::string status = r.value("status", "");
+    if (status == "ok") ok_runs.push_back(&r);
+    if (status == "failed") ++failed, failures += fmt::format("- {} ({}): failed\n", r.value("run_id", ""), r.value("label", ""));
+    if (status == "invalid") ++invalid, failures += fmt::format("- {} ({}): invalid: {}\n", r.value("run_id", ""), r.value("label", ""), r.value("error", ""));
+  }
+  std::string text = fmt::format("# Sweep {}: {} of {} runs ok, {} failed, {} invalid\n\n", spec.name, ok_runs.size(),
+                                 records.size(), failed, invalid);
+  if (!ok_runs.empty()) {
+    const Json& first = *ok_runs.front();
+    text += fmt::format("device: {} | backend {} | commit {} | torch {} | ranks per core {}\n\n",
+                        first.value("device", "?"), first.value("backend", "?"), first.value("commit", "?"),
+                        first.value("torch_version", "?"), number(first, "ranks_per_core"));
+  }
+  text += "| run | label | placement | ranks | step ms | TFLOPS/GPU | x baseline | tokens/s | x baseline | "
+          "loss max rel diff | parity |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const Json* r : ok_runs) {
+    const bool point = r->value("role", "") == "point";
+    std::string parity = "baseline";
+    if (point) {
+      ++points;
+      const bool held = r->value("loss_parity_ok", false);
+      parity_misses += !held;
+      parity = r->contains("loss_max_rel_diff") ? (held ? "ok" : "EXCEEDED") : "no baseline";
+    }
+    text += fmt::format("| {} | {} | {} | {} | {:.1f} | {:.5f} | {} | {:.0f} | {} | {} | {} |\n",
+                        r->value("run_id", ""), r->value("label", ""), r->value("placement", ""),
+                        r->value("world_size", 0), 1e3 * number(*r, "step_seconds_median"),
+                        number(*r, "tflops_per_gpu"), point ? ratio_text(*r, "speedup_tflops") : "-",
+                        number(*r, "tokens_per_second"), point ? ratio_text(*r, "speedup_tokens") : "-",
+                        point && r->contains("loss_max_rel_diff") ? fmt::format("{:.2e}", number(*r, "loss_max_rel_diff")) : "-",
+                        parity);
+  }
+  text += "\n## Placements side by side\n\n" + side_by_side(ok_runs);
+  text += fmt::format("\nLoss parity (max relative difference of each point's loss curve from its baseline's, "
+                      "tolerance {:.0e}): {}\n", spec.loss_rtol,
+                      parity_misses == 0 ? fmt::format("every point held it ({} points)", points)
+                                         : fmt::format("{} of {} points did NOT hold it", parity_misses, points));
+  if (!failures.empty()) text += "\n## Not run or failed\n\n" + failures;
+  return {text, failed == 0 && parity_misses == 0};
+}
+
+SweepVerdict write_sweep_report(const std::vector<Json>& records, const SweepSpec& spec, const std::string& path) {
+  SweepVerdict verdict = sweep_report(records, spec);
+  std::ofstream(path) << verdict.text;
+  return verdict;
+}
+
+}  // namespace hetpar

@@ -1,0 +1,226 @@
+#include "sweep/sweep_runner.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <thread>
+
+#include "metrics/results_csv.hpp"
+#include "metrics/run_summary.hpp"
+#include "sweep/sweep_report.hpp"
+#include "util/exit_codes.hpp"
+#include "util/log.hpp"
+
+namespace hetpar {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+
+struct ChildOutcome {
+  int exit_code = 0;
+  int signal = 0;
+  bool timed_out = false;
+};
+
+// Runs argv with its output in `log`; it dies with us (a killed sweep leaves
+// no run behind) and is killed past `timeout_s`.
+ChildOutcome run_child(const std::vector<std::string>& argv, const std::string& log, double timeout_s) {
+  const pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error("fork failed");
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) dup2(fd, STDOUT_FILENO), dup2(fd, STDERR_FILENO);
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  ChildOutcome out;
+  const auto start = Clock::now();
+  int status = 0;
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::duration<double>(Clock::now() - start).count() > timeout_s) {
+      out.timed_out = true;
+      kill(pid, SIGTERM);  // the launcher ends its ranks on SIGTERM
+      std::this_thread::sleep_for(std::chrono::seconds(5));
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (WIFEXITED(status)) out.exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) out.signal = WTERMSIG(status);
+  return out;
+}
+
+// The last lines of a log: what a failed run said last.
+std::string log_tail(const std::string& path, size_t lines) {
+  std::ifstream in(path);
+  std::vector<std::string> all;
+  for (std::string line; std::getline(in, line);) all.push_back(line);
+  std::string out;
+  for (size_t i = all.size() > lines ? all.size() - lines : 0; i < all.size(); ++i) out += all[i] + "\n";
+  return out;
+}
+
+std::string failure_reason(const ChildOutcome& o, const std::string& log) {
+  const std::string tail = log_tail(log, 12);
+  if (o.timed_out) return "timed out; last output:\n" + tail;
+  if (tail.find("out of memory") != std::string::npos || tail.find("std::bad_alloc") != std::string::npos ||
+      o.signal == SIGKILL) {
+    return "out of memory (or killed); last output:\n" + tail;
+  }
+  return fmt::format("exit code {}{}; last output:\n{}", o.exit_code,
+                     o.signal ? fmt::format(" (signal {})", o.signal) : "", tail);
+}
+
+nlohmann::json base_record(const SweepRun& run) {
+  nlohmann::json r = {{"run_id", run.id}, {"role", run.is_baseline ? "baseline" : "point"}, {"label", run.label},
+                      {"config_hash", run.config_hash}, {"world_size", run.world_size}};
+  r["baseline_id"] = run.is_baseline ? nlohmann::json() : nlohmann::json(run.baseline_id);
+  for (const auto& [axis, value] : run.axes) r["axes"][axis] = value;
+  for (const auto& [axis, value] : run.axes) {
+    if (axis == "encoder") r["encoder_name"] = value;
+  }
+  return r;
+}
+
+// A point against its baseline: speed-ups and the loss-curve difference.
+void compare_with_baseline(nlohmann::json& point, const nlohmann::json& baseline, const std::string& out_dir,
+                           double rtol) {
+  auto ratio = [&](const char* field) -> nlohmann::json {
+    if (!point.contains(field) || !baseline.contains(field)) return nullptr;
+    return point[field].get<double>() / baseline[field].get<double>();
+  };
+  point["speedup_tflops"] = ratio("tflops_per_gpu");
+  point["speedup_tokens"] = ratio("tokens_per_second");
+  const LossCurveDifference d = loss_curve_difference(read_steps(out_dir + "/" + point["run_dir"].get<std::string>()),
+                                                      read_steps(out_dir + "/" + baseline["run_dir"].get<std::string>()));
+  point["loss_max_rel_diff"] = d.max_rel;
+  point["loss_compared_steps"] = d.compared;
+  point["loss_rtol"] = rtol;
+  point["loss_parity_ok"] = d.compared > 0 && d.max_rel <= rtol;
+}
+
+std::string duration_text(double seconds) {
+  const int s = static_cast<int>(seconds + 0.5);
+  return s >= 60 ? fmt::format("{}m{:02}s", s / 60, s % 60) : fmt::format("{}s", s);
+}
+
+std::string progress_bar(size_t done, size_t total) {
+  constexpr size_t kWidth = 24;
+  const size_t filled = total ? done * kWidth / total : kWidth;
+  return "[" + std::string(filled, '#') + std::string(kWidth - filled, '.') + "]";
+}
+
+// Earlier results in out_dir, by run id; a run whose config changed since is
+// an error (its old figures would be mixed with new ones).
+std::map<std::string, nlohmann::json> earlier_results(const std::string& path, const std::vector<SweepRun>& runs) {
+  std::map<std::string, nlohmann::json> done;
+  if (!fs::exists(path)) return done;
+  std::map<std::string, const SweepRun*> by_id;
+  for (const SweepRun& r : runs) by_id[r.id] = &r;
+  for (nlohmann::json& record : read_results(path)) {
+    const std::string id = record.value("run_id", "");
+    const auto it = by_id.find(id);
+    if (it == by_id.end() || record.value("config_hash", "") != it->second->config_hash) {
+      die(kExitConfigError, fmt::format("{} holds results of another sweep definition (run {} differs); use "
+                                        "--fresh to start over or another --out", path, id));
+    }
+    if (record.value("status", "") != "invalid") done[id] = std::move(record);
+  }
+  return done;
+}
+
+}  // namespace
+
+int run_sweep(const SweepSpec& spec, const std::vector<SweepRun>& runs, const SweepOptions& options) {
+  const std::string results_path = options.out_dir + "/results.jsonl";
+  if (options.fresh && fs::exists(options.out_dir)) fs::remove_all(options.out_dir);
+  fs::create_directories(options.out_dir + "/runs");
+  fs::copy_file(spec.file, options.out_dir + "/sweep.toml", fs::copy_options::overwrite_existing);
+  std::map<std::string, nlohmann::json> done = earlier_results(results_path, runs);
+  std::ofstream results(results_path, std::ios::app);
+
+  size_t to_run = 0;
+  for (const SweepRun& r : runs) to_run += r.config && !done.count(r.id);
+  if (!done.empty()) log_info("resuming: {} runs already finished in {}", done.size(), results_path);
+  const auto start = Clock::now();
+  size_t ran = 0;
+  for (const SweepRun& run : runs) {
+    if (done.count(run.id)) continue;
+    nlohmann::json record = base_record(run);
+    if (!run.config) {
+      record["status"] = "invalid";
+      record["error"] = run.invalid_reason;
+      results << record.dump() << "\n" << std::flush;
+      continue;
+    }
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    const std::string eta = ran ? duration_text(elapsed / ran * (to_run - ran)) : "?";
+    log_info("{} {}/{} runs | elapsed {} | eta {} | now {} ({}, {} ranks)", progress_bar(ran, to_run), ran, to_run,
+             duration_text(elapsed), eta, run.id, run.label, run.world_size);
+    const std::string dir = options.out_dir + "/runs/" + run.id;
+    fs::create_directories(dir);
+    std::ofstream(dir + "/run.toml") << to_toml(*run.config);
+    const ChildOutcome outcome =
+        run_child({options.hetpar_binary, "train", dir + "/run.toml", "--nproc", std::to_string(run.world_size),
+                   "--out", dir},
+                  dir + "/train.log", options.run_timeout_s);
+    ++ran;
+    record["run_dir"] = "runs/" + run.id;
+    const bool ok = !outcome.timed_out && outcome.signal == 0 && outcome.exit_code == 0 &&
+                    fs::exists(dir + "/summary.json");
+    if (ok) {
+      std::ifstream in(dir + "/summary.json");
+      nlohmann::json summary = nlohmann::json::parse(in);
+      for (auto& [key, value] : summary.items()) {
+        if (!record.contains(key)) record[key] = value;
+      }
+      record["status"] = "ok";
+    } else {
+      record["status"] = "failed";
+      record["error"] = failure_reason(outcome, dir + "/train.log");
+      log_error("run {} ({}) failed: {}", run.id, run.label, record["error"].get<std::string>());
+    }
+    if (!run.is_baseline && ok && done.count(run.baseline_id) && done[run.baseline_id]["status"] == "ok") {
+      compare_with_baseline(record, done[run.baseline_id], options.out_dir, spec.loss_rtol);
+    }
+    results << record.dump() << "\n" << std::flush;
+    done[run.id] = record;
+  }
+  log_info("{} {}/{} runs | elapsed {}", progress_bar(ran, to_run), ran, to_run,
+           duration_text(std::chrono::duration<double>(Clock::now() - start).count()));
+
+  const std::vector<nlohmann::json> all = read_results(results_path);
+  write_results_csv(all, options.out_dir + "/results.csv");
+  const SweepVerdict verdict = write_sweep_report(all, spec, options.out_dir + "/report.md");
+  log_info("\n{}", verdict.text);
+  if (!options.python.empty()) {
+    const ChildOutcome plots = run_child({options.python, options.plot_script, options.out_dir},
+                                         options.out_dir + "/plots.log", 600);
+    if (plots.exit_code != 0 || plots.signal != 0) {
+      log_error("drawing the plots failed; see {}/plots.log", options.out_dir);
+    } else {
+      log_info("figures: {}/plots/*.png and *.svg", options.out_dir);
+    }
+  }
+  log_info("results: {0}/results.jsonl, {0}/results.csv; report: {0}/report.md", options.out_dir);
+  return verdict.all_ok ? 0 : kExitError;
+}
+
+}  // namespace hetpar

@@ -1,0 +1,28 @@
+// Runs a sweep: every valid run in fresh processes (`hetpar train` on the
+// ranks it needs), one line of results.jsonl per finished run, appended as
+// soon as it ends so an interrupted sweep resumes where it stopped; failures
+// (a crash, a timeout, out of memory) are recorded and the sweep goes on.
+// Each point is compared with its baseline: speed-ups and loss parity.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "sweep/sweep_spec.hpp"
+
+namespace hetpar {
+
+struct SweepOptions {
+  std::string out_dir;
+  std::string hetpar_binary;    // this executable
+  std::string python;           // draws the plots; empty: no plots
+  std::string plot_script;
+  bool fresh = false;           // ignore (and replace) earlier results in out_dir
+  double run_timeout_s = 3600;  // wall-clock limit of one run
+};
+
+// Returns 0 when every valid run succeeded and every point held the loss
+// tolerance, 1 otherwise (results are written either way).
+int run_sweep(const SweepSpec& spec, const std::vector<SweepRun>& runs, const SweepOptions& options);
+
+}  // namespace hetpar

@@ -1,0 +1,186 @@
+#include "sweep/sweep_spec.hpp"
+
+#include <toml++/toml.h>
+
+#include <charconv>
+#include <filesystem>
+#include <map>
+
+#include "config/toml_document.hpp"
+
+namespace hetpar {
+namespace {
+
+// A TOML value as override text ("128", "2.5e-05", "true", "\"colocated\"").
+std::string literal(const toml::node& node, const std::string& file, const std::string& key) {
+  if (const auto* v = node.as_string()) return toml_quoted(v->get());
+  if (const auto* v = node.as_integer()) return std::to_string(v->get());
+  if (const auto* v = node.as_boolean()) return v->get() ? "true" : "false";
+  if (const auto* v = node.as_floating_point()) {
+    char buffer[64];
+    const auto end = std::to_chars(buffer, buffer + sizeof buffer, v->get()).ptr;
+    std::string text(buffer, end);
+    if (text.find_first_of(".eEn") == std::string::npos) text += ".0";  // stays a float
+    return text;
+  }
+  throw ConfigError(file, key, "must be a string, number or boolean, got " + describe_node(node));
+}
+
+// { encoder = { hidden = 128 } } -> "encoder.hidden=128"
+void flatten(const toml::table& table, const std::string& prefix, const std::string& file,
+             std::vector<std::string>& out) {
+  for (const auto& [k, node] : table) {
+    const std::string key = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
+    if (const auto* sub = node.as_table()) {
+      flatten(*sub, key, file, out);
+    } else {
+      out.push_back(key + "=" + literal(node, file, key));
+    }
+  }
+}
+
+const toml::table& table_at(const toml::node* node, const std::string& file, const std::string& key) {
+  if (!node || !node->is_table()) throw ConfigError(file, key, "must be a table" + std::string(node ? ", got " + describe_node(*node) : ""));
+  return *node->as_table();
+}
+
+std::string string_at(const toml::table& table, const char* name, const std::string& file, const std::string& key) {
+  const toml::node* node = table.get(name);
+  if (!node || !node->is_string() || node->as_string()->get().empty()) {
+    throw ConfigError(file, key + "." + name, "must be a non-empty string");
+  }
+  return node->as_string()->get();
+}
+
+// A short stable hash (FNV-1a, 64 bits) of the resolved config: the resume key.
+std::string hash_text(const std::string& text) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
+  char out[17];
+  std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(h));
+  return out;
+}
+
+// Validates one run; fills config, world size and hash, or the reason it is invalid.
+void resolve(SweepRun& run, const std::string& base) {
+  try {
+    RunConfig config = load_run_config(base, run.overrides);
+    check_trainer_supports(config);
+    run.world_size = world_size_of(config);
+    // Only the non-colocated schedule reads run_ahead: elsewhere it must not
+    // make two equal baselines look different.
+    if (config.placement.placement != Placement::NonColocated) config.layout.run_ahead = LayoutConfig{}.run_ahead;
+    config.run.name = run.id;
+    run.config_hash = hash_text(to_toml(config));
+    run.config = std::move(config);
+  } catch (const std::exception& e) {
+    run.invalid_reason = e.what();
+  }
+}
+
+}  // namespace
+
+int world_size_of(const RunConfig& c) { return c.placement.world_size; }
+
+SweepSpec load_sweep_spec(const std::string& file) {
+  toml::table root;
+  try {
+    root = toml::parse_file(file);
+  } catch (const toml::parse_error& e) {
+    throw ConfigError(file, "(syntax)", std::string(e.description()));
+  } catch (const std::exception& e) {
+    throw ConfigError(file, "(file)", e.what());
+  }
+  SweepSpec spec;
+  spec.file = file;
+  const toml::table& sweep = table_at(root.get("sweep"), file, "sweep");
+  spec.name = string_at(sweep, "name", file, "sweep");
+  const std::string base = string_at(sweep, "base", file, "sweep");
+  spec.base = (std::filesystem::path(file).parent_path() / base).lexically_normal().string();
+  if (!std::filesystem::exists(spec.base)) throw ConfigError(file, "sweep.base", "no such run file: " + spec.base);
+  if (const toml::node* rtol = sweep.get("loss_rtol")) {
+    const auto value = rtol->value<double>();
+    if (!value || !(*value >= 0)) throw ConfigError(file, "sweep.loss_rtol", "must be a number >= 0");
+    spec.loss_rtol = *value;
+  }
+  if (const toml::node* baseline = sweep.get("baseline")) {
+    flatten(table_at(baseline, file, "sweep.baseline"), "", file, spec.baseline);
+  }
+  for (const auto& [k, node] : sweep) {
+    const std::string key(k.str());
+    if (key != "name" && key != "base" && key != "loss_rtol" && key != "baseline") {
+      throw ConfigError(file, "sweep." + key, "unknown key (known: name, base, loss_rtol, baseline)");
+    }
+  }
+  const toml::array* axes = root.get_as<toml::array>("axis");
+  if (!axes || axes->empty()) throw ConfigError(file, "axis", "needs at least one [[axis]]");
+  for (const toml::node& axis_node : *axes) {
+    const std::string where = "axis[" + std::to_string(spec.axes.size()) + "]";
+    const toml::table& axis_table = table_at(&axis_node, file, where);
+    SweepAxis axis{string_at(axis_table, "name", file, where), {}};
+    const toml::array* values = axis_table.get_as<toml::array>("value");
+    if (!values || values->empty()) throw ConfigError(file, where + ".value", "needs at least one [[axis.value]]");
+    for (const toml::node& value_node : *values) {
+      const std::string vwhere = axis.name + ".value[" + std::to_string(axis.values.size()) + "]";
+      const toml::table& value_table = table_at(&value_node, file, vwhere);
+      SweepAxisValue value{string_at(value_table, "name", file, vwhere), {}};
+      flatten(table_at(value_table.get("set"), file, vwhere + ".set"), "", file, value.overrides);
+      axis.values.push_back(std::move(value));
+    }
+    spec.axes.push_back(std::move(axis));
+  }
+  return spec;
+}
+
+std::vector<SweepRun> expand_sweep(const SweepSpec& spec, const std::vector<std::string>& extra) {
+  std::vector<SweepRun> runs;
+  std::map<std::string, std::string> baseline_by_hash;  // one run per distinct baseline config
+  size_t total = 1;
+  for (const SweepAxis& axis : spec.axes) total *= axis.values.size();
+  for (size_t index = 0; index < total; ++index) {
+    SweepRun point;
+    char id[16];
+    std::snprintf(id, sizeof id, "p%03zu", index + 1);
+    point.id = id;
+    size_t rest = index;
+    std::vector<size_t> pick(spec.axes.size());
+    for (size_t a = spec.axes.size(); a-- > 0;) {  // last axis fastest
+      pick[a] = rest % spec.axes[a].values.size();
+      rest /= spec.axes[a].values.size();
+    }
+    for (size_t a = 0; a < spec.axes.size(); ++a) {
+      const SweepAxisValue& value = spec.axes[a].values[pick[a]];
+      point.axes.emplace_back(spec.axes[a].name, value.name);
+      point.label += (a ? " / " : "") + value.name;
+      point.overrides.insert(point.overrides.end(), value.overrides.begin(), value.overrides.end());
+    }
+    SweepRun baseline = point;
+    baseline.is_baseline = true;
+    baseline.overrides.insert(baseline.overrides.end(), spec.baseline.begin(), spec.baseline.end());
+    point.overrides.insert(point.overrides.end(), extra.begin(), extra.end());
+    baseline.overrides.insert(baseline.overrides.end(), extra.begin(), extra.end());
+    resolve(point, spec.base);
+    baseline.id = "baseline";  // the name inside the config must not differ between points sharing it
+    resolve(baseline, spec.base);
+    if (baseline.config && point.config) {
+      auto [it, is_new] = baseline_by_hash.try_emplace(baseline.config_hash, "");
+      if (is_new) {
+        std::snprintf(id, sizeof id, "b%03zu", baseline_by_hash.size());
+        it->second = id;
+        baseline.id = id;
+        baseline.config->run.name = id;
+        baseline.label = "baseline of " + point.label;
+        runs.push_back(std::move(baseline));
+      }
+      point.baseline_id = it->second;
+    } else if (point.config) {
+      point.baseline_id.clear();
+      point.invalid_reason = "its baseline is invalid: " + baseline.invalid_reason;
+      point.config.reset();
+    }
+    runs.push_back(std::move(point));
+  }
+  return runs;
+}
+
+}  // namespace hetpar

@@ -1,0 +1,70 @@
+// A sweep file: a base run plus axes, each axis an ordered list of named
+// settings; the grid is their product. Every point also names a baseline
+// (its settings with the sweep's `baseline` overrides on top: usually the
+// uniform placement with the LLM's layout), and points that resolve to the
+// same baseline share one run of it.
+//
+//   [sweep]
+//   name = "cpu-default"
+//   base = "../workloads/runs/sweep_base.toml"      # relative to this file
+//   loss_rtol = 1e-5                                # per-point loss-parity tolerance
+//   baseline = { layout = { placement = "uniform", encoder = { tp = 1, dp = 1 } } }
+//
+//   [[axis]]
+//   name = "encoder"
+//   [[axis.value]]
+//   name = "enc-128x2"
+//   set = { encoder = { hidden = 128, layers = 2 } }
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "config/run_config.hpp"
+
+namespace hetpar {
+
+struct SweepAxisValue {
+  std::string name;
+  std::vector<std::string> overrides;  // "dotted.key=value" (TOML values)
+};
+
+struct SweepAxis {
+  std::string name;
+  std::vector<SweepAxisValue> values;
+};
+
+struct SweepSpec {
+  std::string file, name, base;       // base: path of the base run file
+  double loss_rtol = 1e-5;
+  std::vector<std::string> baseline;  // overrides that turn a point into its baseline
+  std::vector<SweepAxis> axes;
+};
+
+// Throws ConfigError (file, key, reason) on a malformed sweep file.
+SweepSpec load_sweep_spec(const std::string& file);
+
+// One run of the sweep: a grid point or a baseline.
+struct SweepRun {
+  std::string id;      // "p003" for points, "b001" for baselines
+  std::string label;   // value names joined: stable across machines and commits
+  bool is_baseline = false;
+  std::vector<std::pair<std::string, std::string>> axes;  // axis name -> value name
+  std::vector<std::string> overrides;                     // on top of the base run file
+  std::optional<RunConfig> config;                        // empty when invalid
+  std::string invalid_reason;
+  std::string baseline_id;                                // points only; empty when its baseline is invalid
+  int world_size = 0;                                     // ranks the run needs
+  std::string config_hash;                                // of the resolved config: resume key
+};
+
+// The grid in order (first axis slowest), each point preceded by its baseline
+// the first time that baseline is needed. `extra` overrides apply to every run
+// last (the command line's --set). Invalid points are kept with their reason.
+std::vector<SweepRun> expand_sweep(const SweepSpec& spec, const std::vector<std::string>& extra);
+
+// Ranks a validated run needs: the larger end of the two modules' rank ranges.
+int world_size_of(const RunConfig& config);
+
+}  // namespace hetpar

@@ -1,0 +1,103 @@
+#include "train/run_metrics.hpp"
+
+#include <fmt/format.h>
+
+#include <thread>
+
+#include "metrics/model_flops.hpp"
+#include "util/build_info.hpp"
+
+namespace hetpar {
+
+namespace {
+
+// Encoder and projector share of a step's FLOPs at the expected image count.
+double encoder_share(const RunConfig& c) {
+  const StepFlops f = step_flops(c, static_cast<int64_t>(expected_images_per_step(c) + 0.5));
+  return f.total() > 0 ? (f.encoder_training + f.projector_training) / f.total() : 0.0;
+}
+
+}  // namespace
+
+RunMetrics::RunMetrics(const RunConfig& config, Runtime& runtime, const SyntheticData& data)
+    : config_(config), data_(data), world_size_(runtime.world_size()), backend_(runtime.backend()),
+      device_(cpu_device_name()) {
+  runtime.world().barrier();  // measure together: the contention the run will see
+  at::Tensor rate = at::full({1}, measure_cpu_gemm_flops(), at::kDouble);
+  runtime.world().all_reduce(rate);
+  peak_.flops_per_second = rate.item<double>() / world_size_;
+  peak_.source = fmt::format("measured fp32 GEMM rate per rank ({} intra-op thread(s), all ranks at once)",
+                             config.runtime.intra_op_threads);
+}
+
+nlohmann::json RunMetrics::step_line(const StepInputs& in, const StepReport& report) const {
+  const int64_t images = data_.images_in_step(in.step);
+  const double flops = step_flops(config_, images).total();
+  const double llm_tokens = static_cast<double>(config_.data.global_batch_size * config_.llm.seq_len);
+  const double image_tokens = static_cast<double>(images * config_.encoder.tokens_per_image());
+  const double per_rank = flops / (in.seconds * world_size_);
+  nlohmann::json line = {{"step", in.step},
+                         {"loss", in.loss},
+                         {"grad_norm", in.grad_norm},
+                         {"lr", in.lr},
+                         {"step_seconds", in.seconds},
+                         {"flops", flops},
+                         {"tflops_per_gpu", per_rank / 1e12},
+                         {"mfu", per_rank / peak_.flops_per_second},
+                         {"tokens_per_second", llm_tokens / in.seconds},
+                         {"image_tokens_per_second", image_tokens / in.seconds},
+                         {"samples_per_second", static_cast<double>(config_.data.global_batch_size) / in.seconds},
+                         {"images", images},
+                         {"peak_memory_mib", report.peak_memory_bytes / (1 << 20)},
+                         {"critical_rank", report.critical_rank}};
+  for (int p = 0; p < kPhaseCount; ++p) {
+    line["phases"][std::string(phase_name(static_cast<Phase>(p)))] = report.critical_phases[p];
+  }
+  return line;
+}
+
+std::string RunMetrics::step_text(const nlohmann::json& l) const {
+  return fmt::format("step {:>4} | loss {:.4f} | grad norm {:.3f} | lr {:.2e} | {:7.1f} ms | {:.3f} TFLOPS/rank | "
+                     "MFU {:4.1f}% | {:.0f} tokens/s | {:.0f} MiB",
+                     l["step"].get<int64_t>(), l["loss"].get<double>(), l["grad_norm"].get<double>(),
+                     l["lr"].get<double>(), l["step_seconds"].get<double>() * 1e3, l["tflops_per_gpu"].get<double>(),
+                     100 * l["mfu"].get<double>(), l["tokens_per_second"].get<double>(),
+                     l["peak_memory_mib"].get<double>());
+}
+
+nlohmann::json RunMetrics::metadata() const {
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const auto& c = config_;
+  return {{"hetpar_version", build_version()},
+          {"commit", build_commit()},
+          {"torch_version", build_torch_version()},
+          {"backend", backend_},
+          {"device", device_},
+          {"device_count", world_size_},
+          {"world_size", world_size_},
+          {"cores", cores},
+          {"ranks_per_core", static_cast<double>(world_size_ * c.runtime.intra_op_threads) / cores},
+          {"peak_flops_per_rank", peak_.flops_per_second},
+          {"peak_source", peak_.source},
+          {"placement", to_string(c.placement.placement)},
+          {"layout_encoder", c.placement.encoder.to_string()},
+          {"layout_llm", c.placement.llm.to_string()},
+          {"run_ahead", c.layout.run_ahead},
+          {"run", c.run.name},
+          {"workload", fmt::format("encoder {}x{} (image {}, patch {}), llm {}x{} (seq {}), batch {}/{}",
+                                   c.encoder.hidden, c.encoder.layers, c.encoder.image_size, c.encoder.patch_size,
+                                   c.llm.hidden, c.llm.layers, c.llm.seq_len, c.data.global_batch_size,
+                                   c.data.micro_batch_size)},
+          {"encoder_frozen", c.encoder.frozen},
+          {"encoder_params", encoder_parameters(c.encoder)},
+          {"llm_params", llm_parameters(c.llm)},
+          {"encoder_flops_share", encoder_share(c)},
+          {"seed", c.run.seed}};
+}
+
+std::string RunMetrics::assumptions() const {
+  return flops_assumptions(config_) +
+         fmt::format("\ncompute peak: {:.2f} GFLOP/s per rank, {}", peak_.flops_per_second / 1e9, peak_.source);
+}
+
+}  // namespace hetpar

@@ -1,0 +1,43 @@
+// The figures of a training run: model FLOPs per step, TFLOPS per rank, MFU
+// against the compute peak, tokens/s (LLM and image tokens apart),
+// samples/s, memory and per-phase time, as one JSON line per step, plus the
+// metadata every result carries (commit, versions, device, layouts...).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+#include "data/synthetic_data.hpp"
+#include "dist/runtime.hpp"
+#include "metrics/compute_peak.hpp"
+#include "train/step_report.hpp"
+
+namespace hetpar {
+
+class RunMetrics {
+ public:
+  // Collective: every rank measures its compute peak at the same time.
+  RunMetrics(const RunConfig& config, Runtime& runtime, const SyntheticData& data);
+
+  struct StepInputs {
+    int64_t step = 0;
+    double loss = 0, grad_norm = 0, lr = 0, seconds = 0;
+  };
+  nlohmann::json step_line(const StepInputs& in, const StepReport& report) const;
+  // One line for the console log.
+  std::string step_text(const nlohmann::json& line) const;
+
+  nlohmann::json metadata() const;
+  // Printed at start-up: the FLOPs conventions, the peak and where it came from.
+  std::string assumptions() const;
+
+ private:
+  const RunConfig& config_;
+  const SyntheticData& data_;
+  int world_size_;
+  std::string backend_, device_;
+  ComputePeak peak_;
+};
+
+}  // namespace hetpar

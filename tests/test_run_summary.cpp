@@ -1,0 +1,72 @@
+// A run's summary: medians and spread after the warm-up steps, the peak
+// memory over every step, per-phase medians; loss-curve differences.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "metrics/run_summary.hpp"
+
+namespace hetpar {
+namespace {
+
+nlohmann::json step(int n, double seconds, double loss, double phase) {
+  return {{"step", n}, {"loss", loss}, {"step_seconds", seconds}, {"tflops_per_gpu", 1.0 / seconds},
+          {"tokens_per_second", 100.0 / seconds}, {"peak_memory_mib", 10.0 * n},
+          {"phases", {{"llm_forward", phase}, {"wait", 2 * phase}}}};
+}
+
+TEST(RunSummary, Quantiles) {
+  EXPECT_DOUBLE_EQ(quantile({3, 1, 2}, 0.5), 2.0);
+  EXPECT_DOUBLE_EQ(quantile({1, 2, 3, 4}, 0.5), 2.5);
+  EXPECT_DOUBLE_EQ(quantile({0, 10}, 0.1), 1.0);
+  EXPECT_TRUE(std::isnan(quantile({}, 0.5)));
+}
+
+TEST(RunSummary, WarmUpStepsAreLeftOut) {
+  // Step 1 is slow (warm-up); the median of steps 2-6 is step 4's 2.0 s.
+  const std::vector<nlohmann::json> steps = {step(1, 9.0, 6, 5), step(2, 1.0, 5, 1), step(3, 3.0, 4, 3),
+                                             step(4, 2.0, 3, 2), step(5, 2.5, 2, 4), step(6, 1.5, 1, 0)};
+  const nlohmann::json s = summarize_steps(steps, 1);
+  EXPECT_EQ(s["timed_steps"], 5);
+  EXPECT_EQ(s["warmup_steps"], 1);
+  EXPECT_DOUBLE_EQ(s["step_seconds_median"].get<double>(), 2.0);
+  EXPECT_DOUBLE_EQ(s["step_seconds_p10"].get<double>(), 1.2);
+  EXPECT_DOUBLE_EQ(s["step_seconds_p90"].get<double>(), 2.8);
+  EXPECT_DOUBLE_EQ(s["tflops_per_gpu"].get<double>(), 0.5);
+  EXPECT_DOUBLE_EQ(s["tokens_per_second"].get<double>(), 50.0);
+  EXPECT_DOUBLE_EQ(s["peak_memory_mib"].get<double>(), 60.0);  // every step counts for the peak
+  EXPECT_DOUBLE_EQ(s["phases"]["llm_forward"].get<double>(), 2.0);
+  EXPECT_DOUBLE_EQ(s["phases"]["wait"].get<double>(), 4.0);
+  EXPECT_FALSE(s.contains("mfu"));  // absent fields are not invented
+}
+
+TEST(RunSummary, ShortRunsCountEveryStep) {
+  const nlohmann::json s = summarize_steps({step(1, 4.0, 1, 1), step(2, 2.0, 1, 1)}, 5);
+  EXPECT_EQ(s["timed_steps"], 2);
+  EXPECT_EQ(s["warmup_steps"], 0);
+  EXPECT_DOUBLE_EQ(s["step_seconds_median"].get<double>(), 3.0);
+}
+
+TEST(RunSummary, LossCurveDifference) {
+  const std::vector<nlohmann::json> a = {step(1, 1, 6.0, 0), step(2, 1, 5.0, 0), step(3, 1, 4.4, 0)};
+  const std::vector<nlohmann::json> b = {step(1, 1, 6.0, 0), step(2, 1, 5.0, 0), step(3, 1, 4.0, 0),
+                                         step(4, 1, 3.0, 0)};
+  const LossCurveDifference d = loss_curve_difference(a, b);
+  EXPECT_EQ(d.compared, 3);
+  EXPECT_EQ(d.worst_step, 3);
+  EXPECT_NEAR(d.max_abs, 0.4, 1e-12);
+  EXPECT_NEAR(d.max_rel, 0.1, 1e-12);
+  EXPECT_EQ(loss_curve_difference(a, a).max_rel, 0.0);
+}
+
+TEST(RunSummary, ReadStepsNamesTheProblem) {
+  EXPECT_THROW(read_steps("/nonexistent/run"), std::runtime_error);
+  try {
+    read_steps("/nonexistent/run");
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/run"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace hetpar

@@ -1,0 +1,168 @@
+// `hetpar sweep` and `hetpar compare --results` end to end with the real
+// binary: a 2-point sweep runs with its baseline, survives a kill and resumes
+// without repeating or losing runs, writes the CSV, the report and the plots;
+// invalid points are listed; failed runs are recorded and the sweep goes on;
+// the regression check's exit codes.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/dist_harness.hpp"
+
+namespace hetpar::test {
+namespace {
+
+namespace fs = std::filesystem;
+const std::string kSweeps = std::string(HETPAR_SOURCE_DIR) + "/tests/data/sweeps";
+
+std::string fresh_dir(const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "/" + name + "_" + std::to_string(getpid());
+  fs::remove_all(dir);
+  return dir;
+}
+
+std::vector<std::string> lines_of(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+// Processes whose command line mentions `needle`.
+int processes_mentioning(const std::string& needle) {
+  int n = 0;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    std::ifstream in(entry.path() / "cmdline");
+    std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (cmdline.find(needle) != std::string::npos && entry.path().filename() != std::to_string(getpid())) ++n;
+  }
+  return n;
+}
+
+TEST(Sweep, RunsResumesAfterAKillAndWritesEverything) {
+  const std::string out = fresh_dir("sweep_e2e");
+  const std::string sweep = kSweeps + "/two_points.toml";
+  // Start the sweep and kill it (SIGKILL: no clean-up) once its first run is recorded.
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const std::string log = ::testing::TempDir() + "/sweep_e2e_first_" + std::to_string(getpid()) + ".log";
+    freopen(log.c_str(), "w", stdout);
+    freopen(log.c_str(), "a", stderr);
+    execl(HETPAR_BINARY, HETPAR_BINARY, "sweep", sweep.c_str(), "--out", out.c_str(), "--no-plots", nullptr);
+    _exit(127);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(150);
+  while (lines_of(out + "/results.jsonl").empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  const std::vector<std::string> before = lines_of(out + "/results.jsonl");
+  ASSERT_EQ(before.size(), 1u) << "the first run did not finish in time";
+  // The run that was going on dies with the sweep: no rank is left behind.
+  for (int i = 0; i < 50 && processes_mentioning(out + "/runs") > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(processes_mentioning(out + "/runs"), 0);
+
+  const auto [code, output] = run_command(std::string(HETPAR_BINARY) + " sweep " + sweep + " --out " + out);
+  ASSERT_EQ(code, 0) << output;
+  EXPECT_NE(output.find("resuming: 1 runs already finished"), std::string::npos) << output;
+  const std::vector<std::string> after = lines_of(out + "/results.jsonl");
+  ASSERT_EQ(after.size(), 3u) << output;
+  EXPECT_EQ(after[0], before[0]);  // kept, not repeated
+  std::set<std::string> ids;
+  for (const std::string& line : after) {
+    const auto record = nlohmann::json::parse(line);
+    ids.insert(record["run_id"].get<std::string>());
+    EXPECT_EQ(record["status"], "ok") << line;
+    EXPECT_GT(record["tflops_per_gpu"].get<double>(), 0);
+    EXPECT_GT(record["flops_per_step"].get<double>(), 0);
+    EXPECT_EQ(record["commit"].get<std::string>().empty(), false);
+    if (record["role"] == "point") {
+      EXPECT_EQ(record["baseline_id"], "b001");
+      EXPECT_LE(record["loss_max_rel_diff"].get<double>(), 1e-5) << line;
+      EXPECT_TRUE(record["loss_parity_ok"].get<bool>());
+      EXPECT_GT(record["speedup_tflops"].get<double>(), 0);
+    }
+  }
+  EXPECT_EQ(ids, (std::set<std::string>{"b001", "p001", "p002"}));
+
+  const std::vector<std::string> csv = lines_of(out + "/results.csv");
+  ASSERT_EQ(csv.size(), 4u);
+  for (const char* column : {"run_id", "tflops_per_gpu", "tokens_per_second", "mfu", "loss_max_rel_diff",
+                             "axis.placement", "phase.llm_forward", "phase.wait", "commit", "device"}) {
+    EXPECT_NE(csv[0].find(column), std::string::npos) << column << " missing from " << csv[0];
+  }
+  std::string report;
+  for (const std::string& line : lines_of(out + "/report.md")) report += line + "\n";
+  EXPECT_NE(report.find("every point held it"), std::string::npos) << report;
+  for (const char* figure : {"tflops_per_gpu", "speedup_vs_encoder", "loss_curves", "phase_breakdown"}) {
+    for (const char* ext : {".png", ".svg"}) {
+      const std::string file = out + "/plots/" + figure + ext;
+      ASSERT_TRUE(fs::exists(file)) << file << "\n" << output;
+      EXPECT_GT(fs::file_size(file), 1000u) << file;
+    }
+  }
+}
+
+TEST(Sweep, DryRunListsInvalidPointsWithTheirReason) {
+  const auto [code, output] = run_command(std::string(HETPAR_BINARY) + " sweep " + kSweeps + "/with_invalid.toml --dry-run");
+  EXPECT_EQ(code, 0) << output;
+  EXPECT_NE(output.find("p002  enc-64x2 / llm-tp3"), std::string::npos) << output;
+  EXPECT_NE(output.find("INVALID"), std::string::npos) << output;
+  EXPECT_NE(output.find("layout.llm.tp"), std::string::npos) << output;
+  EXPECT_NE(output.find("4 points (2 valid, 2 invalid), 2 baselines"), std::string::npos) << output;
+}
+
+TEST(Sweep, FailedRunsAreRecordedAndTheSweepGoesOn) {
+  const std::string out = fresh_dir("sweep_failing");
+  // Rank 1 of every run dies at step 2.
+  const auto [code, output] = run_command("HETPAR_FAULT=1:2 " + std::string(HETPAR_BINARY) + " sweep " + kSweeps +
+                                          "/two_points.toml --no-plots --set runtime.timeout_s=5 --out " + out);
+  EXPECT_EQ(code, 1) << output;
+  const std::vector<std::string> lines = lines_of(out + "/results.jsonl");
+  ASSERT_EQ(lines.size(), 3u) << output;
+  for (const std::string& line : lines) {
+    const auto record = nlohmann::json::parse(line);
+    EXPECT_EQ(record["status"], "failed");
+    EXPECT_NE(record["error"].get<std::string>().find("exit code"), std::string::npos) << line;
+  }
+  EXPECT_NE(output.find("3 failed"), std::string::npos) << output;
+}
+
+void write_results(const std::string& dir, double tflops, double tokens) {
+  fs::create_directories(dir);
+  std::ofstream(dir + "/results.jsonl")
+      << nlohmann::json{{"label", "a"}, {"status", "ok"}, {"tflops_per_gpu", tflops}, {"tokens_per_second", tokens}}.dump()
+      << "\n"
+      << nlohmann::json{{"label", "b"}, {"status", "ok"}, {"tflops_per_gpu", 1.0}, {"tokens_per_second", 100.0}}.dump()
+      << "\n";
+}
+
+TEST(Sweep, CompareResultsExitCodes) {
+  const std::string dir = fresh_dir("compare_results");
+  write_results(dir + "/old", 1.0, 100.0);
+  write_results(dir + "/same", 1.0, 100.0);
+  write_results(dir + "/slower", 0.8, 80.0);
+  const std::string compare = std::string(HETPAR_BINARY) + " compare --results " + dir + "/old ";
+  EXPECT_EQ(run_command(compare + dir + "/same").first, 0);
+  const auto [regressed, text] = run_command(compare + dir + "/slower");
+  EXPECT_EQ(regressed, 1) << text;
+  EXPECT_NE(text.find("REGRESSED"), std::string::npos) << text;
+  EXPECT_EQ(run_command(compare + dir + "/slower --threshold 25%").first, 0);
+  EXPECT_EQ(run_command(compare + dir + "/missing").first, 2);
+  EXPECT_EQ(run_command(compare + dir + "/same --threshold abc").first, 2);
+}
+
+}  // namespace
+}  // namespace hetpar::test

@@ -1,0 +1,121 @@
+// Sweep files: the grid's expansion (order, labels, overrides), baselines
+// shared between points, invalid points kept with their reason, and clear
+// errors for malformed files.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "sweep/sweep_spec.hpp"
+
+namespace hetpar {
+namespace {
+
+const std::string kDir = std::string(HETPAR_TEST_DATA) + "/sweeps";
+
+TEST(SweepSpec, ExpandsTheGridWithSharedBaselines) {
+  const SweepSpec spec = load_sweep_spec(kDir + "/with_invalid.toml");
+  EXPECT_EQ(spec.name, "with-invalid");
+  ASSERT_EQ(spec.axes.size(), 2u);
+  const std::vector<SweepRun> runs = expand_sweep(spec, {"run.steps=2"});
+  std::vector<std::string> ids, labels;
+  for (const SweepRun& r : runs) ids.push_back(r.id), labels.push_back(r.label);
+  // Baseline b001 serves both points of enc-64x2, b002 those of enc-96x1; each
+  // baseline comes before its first point; the last axis moves fastest.
+  EXPECT_EQ(ids, (std::vector<std::string>{"b001", "p001", "p002", "b002", "p003", "p004"}));
+  EXPECT_EQ(labels[1], "enc-64x2 / llm-tp2");
+  EXPECT_EQ(labels[2], "enc-64x2 / llm-tp3");
+  EXPECT_EQ(runs[1].baseline_id, "b001");
+  EXPECT_EQ(runs[4].baseline_id, "b002");
+  // The command line's overrides reach every run; the axis settings too.
+  EXPECT_EQ(runs[1].config->run.steps, 2);
+  EXPECT_EQ(runs[4].config->encoder.hidden, 96);
+  EXPECT_EQ(runs[0].config->placement.placement, Placement::Uniform);
+  EXPECT_EQ(runs[1].world_size, 2);
+  EXPECT_FALSE(runs[1].config_hash.empty());
+  EXPECT_NE(runs[1].config_hash, runs[4].config_hash);
+}
+
+TEST(SweepSpec, InvalidPointsKeepTheirReason) {
+  const std::vector<SweepRun> runs = expand_sweep(load_sweep_spec(kDir + "/with_invalid.toml"), {});
+  const SweepRun& tp3 = runs[2];
+  ASSERT_EQ(tp3.label, "enc-64x2 / llm-tp3");
+  EXPECT_FALSE(tp3.config.has_value());
+  EXPECT_NE(tp3.invalid_reason.find("layout.llm.tp"), std::string::npos) << tp3.invalid_reason;
+  EXPECT_TRUE(runs[1].config.has_value()) << runs[1].invalid_reason;
+}
+
+TEST(SweepSpec, TheShippedSweepsAreValid) {
+  for (const char* name : {"cpu_default.toml", "paper_colocated.toml", "paper_noncolocated.toml"}) {
+    const std::string file = std::string(HETPAR_SOURCE_DIR) + "/sweeps/" + name;
+    const std::vector<SweepRun> runs = expand_sweep(load_sweep_spec(file), {});
+    ASSERT_FALSE(runs.empty()) << name;
+    for (const SweepRun& r : runs) EXPECT_TRUE(r.config.has_value()) << name << " " << r.label << ": " << r.invalid_reason;
+  }
+}
+
+// A malformed sweep file: the error names the file, the key and why.
+struct BadSweep {
+  const char* name;
+  const char* text;
+  const char* key;
+  const char* reason;
+};
+
+void PrintTo(const BadSweep& b, std::ostream* os) { *os << b.name; }
+
+class SweepSpecErrors : public ::testing::TestWithParam<BadSweep> {};
+
+TEST_P(SweepSpecErrors, NameTheKey) {
+  const std::string dir = ::testing::TempDir() + "/sweep_errors_" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(kDir + "/tiny_base.toml", dir + "/tiny_base.toml",
+                             std::filesystem::copy_options::overwrite_existing);
+  const std::string file = dir + "/" + GetParam().name + ".toml";
+  std::ofstream(file) << GetParam().text;
+  try {
+    load_sweep_spec(file);
+    FAIL() << "accepted " << GetParam().name;
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.file(), file);
+    EXPECT_EQ(e.key(), GetParam().key) << e.what();
+    EXPECT_NE(e.reason().find(GetParam().reason), std::string::npos) << e.what();
+  }
+}
+
+const char* kAxis = "\n[[axis]]\nname = \"a\"\n[[axis.value]]\nname = \"v\"\nset = { run = { steps = 2 } }\n";
+
+INSTANTIATE_TEST_SUITE_P(
+    Files, SweepSpecErrors,
+    ::testing::Values(
+        BadSweep{"no_sweep_table", "[[axis]]\nname = \"a\"\n", "sweep", "must be a table"},
+        BadSweep{"no_name", "[sweep]\nbase = \"tiny_base.toml\"\n", "sweep.name", "non-empty string"},
+        BadSweep{"missing_base", "[sweep]\nname = \"x\"\nbase = \"nowhere.toml\"\n", "sweep.base", "no such run file"},
+        BadSweep{"unknown_key", "[sweep]\nname = \"x\"\nbase = \"tiny_base.toml\"\nbasline = {}\n", "sweep.basline",
+                 "unknown key"},
+        BadSweep{"bad_rtol", "[sweep]\nname = \"x\"\nbase = \"tiny_base.toml\"\nloss_rtol = \"big\"\n", "sweep.loss_rtol",
+                 "number >= 0"},
+        BadSweep{"no_axis", "[sweep]\nname = \"x\"\nbase = \"tiny_base.toml\"\n", "axis", "at least one"},
+        BadSweep{"axis_without_values", "[sweep]\nname = \"x\"\nbase = \"tiny_base.toml\"\n[[axis]]\nname = \"a\"\n",
+                 "axis[0].value", "at least one"},
+        BadSweep{"value_without_set",
+                 "[sweep]\nname = \"x\"\nbase = \"tiny_base.toml\"\n[[axis]]\nname = \"a\"\n[[axis.value]]\nname = \"v\"\n",
+                 "a.value[0].set", "must be a table"},
+        BadSweep{"syntax", "[sweep\nname = 1\n", "(syntax)", ""}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+TEST(SweepSpec, AcceptsAMinimalFile) {
+  const std::string dir = ::testing::TempDir() + "/sweep_ok_" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(kDir + "/tiny_base.toml", dir + "/tiny_base.toml",
+                             std::filesystem::copy_options::overwrite_existing);
+  std::ofstream(dir + "/ok.toml") << "[sweep]\nname = \"x\"\nbase = \"tiny_base.toml\"\n" << kAxis;
+  const SweepSpec spec = load_sweep_spec(dir + "/ok.toml");
+  ASSERT_EQ(spec.axes.size(), 1u);
+  EXPECT_EQ(spec.axes[0].values[0].overrides, std::vector<std::string>{"run.steps=2"});
+  EXPECT_DOUBLE_EQ(spec.loss_rtol, 1e-5);
+}
+
+}  // namespace
+}  // namespace hetpar
