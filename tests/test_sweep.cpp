@@ -115,6 +115,21 @@ TEST(Sweep, RunsResumesAfterAKillAndWritesEverything) {
   }
 }
 
+// The same sweep with its ranks started by torchrun (as on a cluster node).
+TEST(Sweep, RunsThroughALaunchPrefix) {
+  const std::string out = fresh_dir("sweep_torchrun");
+  const auto [code, output] = run_command(std::string(HETPAR_BINARY) + " sweep " + kSweeps +
+                                          "/two_points.toml --no-plots --set run.steps=2 --out " + out +
+                                          " --launch '" HETPAR_TORCHRUN " --nproc-per-node {ranks} --no-python'");
+  ASSERT_EQ(code, 0) << output;
+  const std::vector<std::string> lines = lines_of(out + "/results.jsonl");
+  ASSERT_EQ(lines.size(), 3u);
+  for (const std::string& line : lines) EXPECT_EQ(nlohmann::json::parse(line)["status"], "ok") << line;
+  std::string log;
+  for (const std::string& line : lines_of(out + "/runs/p001/train.log")) log += line + "\n";
+  EXPECT_NE(log.find("launched by torchrun"), std::string::npos) << log;
+}
+
 TEST(Sweep, DryRunListsInvalidPointsWithTheirReason) {
   const auto [code, output] = run_command(std::string(HETPAR_BINARY) + " sweep " + kSweeps + "/with_invalid.toml --dry-run");
   EXPECT_EQ(code, 0) << output;

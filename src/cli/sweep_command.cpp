@@ -62,6 +62,9 @@ CLI::App* add_sweep_command(CLI::App& app, SweepArgs& args) {
   cmd->add_option("file", args.file, "sweep file (TOML: [sweep] and [[axis]] tables)")->required();
   cmd->add_option("--out", args.out_dir, "results directory (default results/sweeps/<sweep name>)");
   cmd->add_option("--set", args.overrides, "override a key of every run: --set run.steps=5 (repeatable)");
+  cmd->add_option("--launch", args.launch,
+                  "start each run's ranks with this prefix instead of the local launcher; {ranks} is replaced, "
+                  "e.g. \"srun -n {ranks}\" or \"torchrun --nproc-per-node {ranks} --no-python\"");
   cmd->add_flag("--dry-run", args.dry_run, "validate and list the points with ranks and FLOPs; run nothing");
   cmd->add_flag("--fresh", args.fresh, "discard earlier results in the output directory instead of resuming");
   cmd->add_flag("--no-plots", args.no_plots, "skip drawing the figures");
@@ -89,6 +92,7 @@ int run_sweep_command(const SweepArgs& args) {
   options.out_dir = args.out_dir.empty() ? "results/sweeps/" + spec.name : args.out_dir;
   options.hetpar_binary = self_executable();
   options.fresh = args.fresh;
+  options.launch = args.launch;
   options.run_timeout_s = args.run_timeout_s;
   if (!args.no_plots) {
     options.python = plot_python();

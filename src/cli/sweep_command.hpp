@@ -14,6 +14,7 @@ struct SweepArgs {
   std::string file;
   std::string out_dir;                 // default: results/sweeps/<sweep name>
   std::vector<std::string> overrides;  // applied to every run, last
+  std::string launch;                  // launch prefix with {ranks}; empty: local launcher
   bool dry_run = false;
   bool fresh = false;
   bool no_plots = false;

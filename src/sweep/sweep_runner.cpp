@@ -88,6 +88,18 @@ std::string failure_reason(const ChildOutcome& o, const std::string& log) {
                      o.signal ? fmt::format(" (signal {})", o.signal) : "", tail);
 }
 
+// `hetpar train` of one run, on the local launcher or the given launch prefix.
+std::vector<std::string> train_command(const SweepOptions& options, const SweepRun& run, const std::string& dir) {
+  if (options.launch.empty()) {
+    return {options.hetpar_binary, "train", dir + "/run.toml", "--nproc", std::to_string(run.world_size), "--out", dir};
+  }
+  std::string prefix = options.launch;
+  for (size_t at; (at = prefix.find("{ranks}")) != std::string::npos;) {
+    prefix.replace(at, 7, std::to_string(run.world_size));
+  }
+  return {"/bin/sh", "-c", fmt::format("exec {} '{}' train '{}/run.toml' --out '{}'", prefix, options.hetpar_binary, dir, dir)};
+}
+
 nlohmann::json base_record(const SweepRun& run) {
   nlohmann::json r = {{"run_id", run.id}, {"role", run.is_baseline ? "baseline" : "point"}, {"label", run.label},
                       {"config_hash", run.config_hash}, {"world_size", run.world_size}};
@@ -177,10 +189,7 @@ int run_sweep(const SweepSpec& spec, const std::vector<SweepRun>& runs, const Sw
     const std::string dir = options.out_dir + "/runs/" + run.id;
     fs::create_directories(dir);
     std::ofstream(dir + "/run.toml") << to_toml(*run.config);
-    const ChildOutcome outcome =
-        run_child({options.hetpar_binary, "train", dir + "/run.toml", "--nproc", std::to_string(run.world_size),
-                   "--out", dir},
-                  dir + "/train.log", options.run_timeout_s);
+    const ChildOutcome outcome = run_child(train_command(options, run, dir), dir + "/train.log", options.run_timeout_s);
     ++ran;
     record["run_dir"] = "runs/" + run.id;
     const bool ok = !outcome.timed_out && outcome.signal == 0 && outcome.exit_code == 0 &&

@@ -17,6 +17,10 @@ struct SweepOptions {
   std::string hetpar_binary;    // this executable
   std::string python;           // draws the plots; empty: no plots
   std::string plot_script;
+  // How a run's ranks start: empty = hetpar's local launcher (--nproc);
+  // else a command prefix with {ranks}, e.g. "srun -n {ranks}" or
+  // "torchrun --nproc-per-node {ranks} --no-python", run through sh.
+  std::string launch;
   bool fresh = false;           // ignore (and replace) earlier results in out_dir
   double run_timeout_s = 3600;  // wall-clock limit of one run
 };
