@@ -2,7 +2,8 @@
 // of image, token and channel) go from the encoder's layout to the LLM's, and
 // gradients come back; both compared bit-exactly with the single-rank view
 // (only data moves). Fan-in, fan-out, uneven ratios, ragged images, CP on the
-// LLM side, colocated and non-colocated.
+// LLM side, colocated and non-colocated (for non-colocated also the
+// point-to-point halves that training uses, against the all-to-all).
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
@@ -54,6 +55,19 @@ HETPAR_WORKER(boundary_exchange) {
     require(at::equal(rows.grad()[i], value(j, i % kTokens, 0.5)),
             "gradient of image {} token {}: {} (summed replicas would be a multiple)", j, i % kTokens,
             rows.grad()[i][0].item<float>());
+  }
+  // Non-colocated training uses the point-to-point halves of the same plan:
+  // they must move exactly the same rows and gradients.
+  if (p.placement == Placement::NonColocated) {
+    std::vector<Group::Pending> sends = exchange.post_forward(rows, 40);
+    const at::Tensor got = exchange.receive_forward(kHidden, 40);
+    require(at::equal(got, out.detach()), "point-to-point forward differs from the all-to-all");
+    std::vector<Group::Pending> grad_sends = exchange.post_backward(grad, 41);
+    const at::Tensor back = exchange.receive_backward(kHidden, 41);
+    require(back.size(0) == rows.size(0) && (rows.size(0) == 0 || at::equal(back, rows.grad())),
+            "point-to-point backward differs from the all-to-all");
+    for (Group::Pending& s : sends) s.wait();
+    for (Group::Pending& s : grad_sends) s.wait();
   }
 }
 

@@ -82,7 +82,7 @@ HETPAR_WORKER(row_parallel) {
   }
 }
 
-// The Megatron MLP: column-parallel -> GELU -> row-parallel, one all-reduce.
+// The tensor-parallel MLP: column-parallel -> GELU -> row-parallel, one all-reduce.
 HETPAR_WORKER(column_row_mlp) {
   Group& tp = rt.world();
   const LinearSpec s1 = spec("fc1", 8, 32), s2 = spec("fc2", 32, 8);

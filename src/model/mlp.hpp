@@ -1,4 +1,4 @@
-// Feed-forward blocks, Megatron-sharded: the widening projections are
+// Feed-forward blocks, tensor-parallel: the widening projections are
 // column-parallel, the narrowing one row-parallel (one all-reduce per block).
 #pragma once
 

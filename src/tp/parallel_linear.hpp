@@ -1,4 +1,4 @@
-// Megatron-style tensor-parallel linear layers. Weights are [out, in] like
+// Tensor-parallel linear layers (column- and row-parallel). Weights are [out, in] like
 // torch's Linear; each rank holds a shard of the full, layout-independent
 // initial weight (model/param_init.hpp).
 //
