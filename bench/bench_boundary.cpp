@@ -1,6 +1,10 @@
 // Microbenchmark of the boundary communicator: forward + backward of the real
 // BoundaryExchange over real Gloo ranks (fp32, CPU), for several layout pairs
 // and sizes, each beside a plain memory copy of the same bytes on rank 0.
+// Two paths are timed: the autograd all-to-all-v (`forward` and its backward,
+// what colocated training uses) for every pair, and, for the non-colocated
+// pairs, the point-to-point halves (post_forward -> receive_forward ->
+// post_backward -> receive_backward, what non-colocated training uses).
 //
 // Started without a launch environment, the binary re-launches itself through
 // the local launcher once per world size (2, then 4). Every rank builds a real
@@ -10,17 +14,22 @@
 // Definitions (also in bench/README.md):
 //   boundary time  one forward + backward of the exchange; per iteration the
 //                  slowest rank's wall time (ranks aligned before each one).
+//   p2p time       one round trip of the point-to-point halves: post_forward,
+//                  receive_forward, post_backward, receive_backward, then every
+//                  send waited; timed like the boundary time.
 //   bytes          the bytes the busiest rank sends plus receives through the
 //                  all-to-all-v, forward and backward together, its own rows
 //                  (colocated ranks sending to themselves) included.
 //   memcpy time    one at::Tensor::copy_ of a tensor of `bytes` bytes on rank 0,
 //                  other ranks idle in a barrier meanwhile.
-//   ratio          boundary time / memcpy time.
+//   ratio          boundary (or p2p) time / memcpy time. A non-colocated pair
+//                  sends no row to itself, so both paths move the same bytes.
 //
-// Before timing, every boundary benchmark checks on every rank that the rows
-// and gradients it got are exactly the reference (only data moves), so a
-// broken exchange fails the run instead of being measured. `--smoke` runs each
-// pair once (1 iteration, small size) and checks all of them were verified.
+// Before timing, every boundary and p2p benchmark checks on every rank that
+// the rows and gradients it got are exactly the reference (only data moves),
+// so a broken exchange fails the run instead of being measured. `--smoke` runs
+// each benchmark once (1 iteration, small size) and checks all of them were
+// verified: every pair's all-to-all and every non-colocated pair's p2p halves.
 #include <ATen/ATen.h>
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
@@ -28,6 +37,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -105,6 +115,8 @@ struct Case {
   int64_t remote_bytes = 0;  // the same rank's part of it that crosses to another rank
   int busiest_rank = 0;
   std::string key() const { return fmt::format("{}/hidden:{}", pair->name, hidden); }
+  // Non-colocated training moves the rows with the point-to-point halves.
+  bool has_p2p() const { return pair->placement == Placement::NonColocated; }
 };
 
 // Rows rank `rank` sends plus receives in one direction (a row to itself counts both ways).
@@ -139,6 +151,10 @@ Case make_case(const Pair& pair, int64_t hidden) {
       c.remote_bytes = remote * row_bytes;
       c.busiest_rank = r;
     }
+  }
+  // The point-to-point path refuses rows to oneself; its rows must all cross ranks.
+  if (c.has_p2p() && c.bytes != c.remote_bytes) {
+    throw std::logic_error(fmt::format("pair {}: a non-colocated plan routes rows to their own rank", pair.name));
   }
   return c;
 }
@@ -185,12 +201,14 @@ struct Row {
   int64_t hidden = 0;
   double boundary_us = -1, memcpy_us = -1;
   int64_t bytes = 0;
+  double p2p_us = -1;  // the point-to-point halves; -1: not measured (colocated, or filtered out)
 };
 
 Runtime* g_runtime = nullptr;
 std::map<std::string, Row> g_results;  // rank 0: by case key
 std::vector<std::string> g_order;      // case keys in registration order
-int g_verified = 0;                    // boundary cases checked exact on this rank
+int g_verified = 0;                    // boundary (all-to-all) cases checked exact on this rank
+int g_verified_p2p = 0;                // point-to-point cases checked exact on this rank
 
 [[noreturn]] void fail(const std::string& why) { throw std::runtime_error(why); }
 
@@ -209,12 +227,37 @@ void set_counters(benchmark::State& state, const Case& c, double seconds) {
   state.counters["GB/s"] = seconds > 0 ? static_cast<double>(c.bytes) / seconds / 1e9 : 0;
 }
 
+// Runs `body` once per benchmark iteration and returns the mean iteration time.
+// An iteration's time is the slowest rank's; the scalar max all-reduce that
+// finds it is not timed and lines the ranks up for the next iteration.
+template <class Body>
+double time_slowest_rank(benchmark::State& state, Group& world, Body&& body) {
+  at::Tensor slowest = at::zeros({1}, at::kDouble);
+  double total = 0;
+  world.barrier();
+  for (auto _ : state) {
+    const auto t0 = Clock::now();
+    body();
+    const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+    slowest.fill_(dt);
+    world.all_reduce(slowest, ReduceOp::kMax);
+    const double s = slowest.item<double>();
+    state.SetIterationTime(s);
+    total += s;
+  }
+  return total / static_cast<double>(state.iterations());
+}
+
+int encoder_dp_of(const Case& c, int rank) {
+  const RankGrid encoder(c.placement.encoder, c.placement.encoder_ranks.offset);
+  return encoder.contains(rank) ? encoder.coord(rank).dp : -1;
+}
+
 // Forward + backward of the exchange; the time of an iteration is the slowest rank's.
 void bm_boundary(benchmark::State& state, const Case* c) {
   Runtime& rt = *g_runtime;
   Group& world = rt.world();
-  const RankGrid encoder(c->placement.encoder, c->placement.encoder_ranks.offset);
-  const int dp = encoder.contains(rt.rank()) ? encoder.coord(rt.rank()).dp : -1;
+  const int dp = encoder_dp_of(*c, rt.rank());
   BoundaryExchange exchange(c->plan, kTokensPerImage, world, dp);
   const auto held = encoder_rows(c->plan, dp);
   const at::Tensor rows = rows_of(held, c->hidden, 1, 0).set_requires_grad(true);
@@ -231,26 +274,72 @@ void bm_boundary(benchmark::State& state, const Case* c) {
   }
   ++g_verified;
 
-  at::Tensor slowest = at::zeros({1}, at::kDouble);
-  double total = 0;
-  world.barrier();
-  for (auto _ : state) {
-    const auto t0 = Clock::now();
+  const double mean = time_slowest_rank(state, world, [&] {
     const at::Tensor o = exchange.forward(rows);
     const at::Tensor g = torch::autograd::grad({o}, {rows}, {grad_out})[0];
-    const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
-    slowest.fill_(dt);
-    world.all_reduce(slowest, ReduceOp::kMax);  // also lines the ranks up for the next iteration
-    const double s = slowest.item<double>();
-    state.SetIterationTime(s);
-    total += s;
-  }
-  const double mean = total / static_cast<double>(state.iterations());
+  });
   set_counters(state, *c, mean);
   if (rt.rank() == 0) {
     Row& row = result_row(*c);
     row.boundary_us = mean * 1e6;
     if (row.memcpy_us > 0) state.counters["ratio"] = row.boundary_us / row.memcpy_us;
+  }
+}
+
+// Message tags of the point-to-point round trip. Every send is waited before
+// an iteration ends, so one fixed pair serves all iterations.
+constexpr int kRowsTag = 0, kGradsTag = 1;
+
+struct RoundTrip {
+  at::Tensor rows;   // received as an LLM rank: [needed_rows(), hidden]
+  at::Tensor grads;  // received as an encoder rank: [this rank's encoder rows, hidden]
+};
+
+// One round trip of the point-to-point halves, in the order non-colocated
+// training runs them. Every rank calls every half; a half with nothing to move
+// on this rank (rows off the encoder, gradients off the LLM) posts or waits
+// for nothing.
+RoundTrip p2p_round_trip(const BoundaryExchange& exchange, const at::Tensor& rows, const at::Tensor& grad_out,
+                         int64_t hidden) {
+  std::vector<Group::Pending> sends = exchange.post_forward(rows, kRowsTag);
+  RoundTrip got;
+  got.rows = exchange.receive_forward(hidden, kRowsTag);
+  std::vector<Group::Pending> grad_sends = exchange.post_backward(grad_out, kGradsTag);
+  got.grads = exchange.receive_backward(hidden, kGradsTag);
+  for (Group::Pending& s : sends) s.wait();
+  for (Group::Pending& s : grad_sends) s.wait();
+  return got;
+}
+
+// The same exchange over the point-to-point halves (non-colocated pairs only),
+// checked against the same reference as bm_boundary and timed the same way.
+void bm_p2p(benchmark::State& state, const Case* c) {
+  Runtime& rt = *g_runtime;
+  Group& world = rt.world();
+  const int dp = encoder_dp_of(*c, rt.rank());
+  const BoundaryExchange exchange(c->plan, kTokensPerImage, world, dp);
+  const auto held = encoder_rows(c->plan, dp);
+  const at::Tensor rows = rows_of(held, c->hidden, 1, 0);
+  const at::Tensor grad_out = rows_of(exchange.needed(), c->hidden, -1, -0.5f);
+
+  // Untimed check pass (also the warm-up): rows forward, gradients backward, exact.
+  const RoundTrip got = p2p_round_trip(exchange, rows, grad_out, c->hidden);
+  if (got.rows.size(0) != exchange.needed_rows() ||
+      !at::equal(got.rows, rows_of(exchange.needed(), c->hidden, 1, 0))) {
+    fail(fmt::format("{}: rank {} received wrong rows through receive_forward", c->key(), rt.rank()));
+  }
+  if (got.grads.size(0) != static_cast<int64_t>(held.size()) ||
+      !at::equal(got.grads, rows_of(held, c->hidden, -1, -0.5f))) {
+    fail(fmt::format("{}: rank {} received wrong gradients through receive_backward", c->key(), rt.rank()));
+  }
+  ++g_verified_p2p;
+
+  const double mean = time_slowest_rank(state, world, [&] { p2p_round_trip(exchange, rows, grad_out, c->hidden); });
+  set_counters(state, *c, mean);
+  if (rt.rank() == 0) {
+    Row& row = result_row(*c);
+    row.p2p_us = mean * 1e6;
+    if (row.memcpy_us > 0) state.counters["ratio"] = row.p2p_us / row.memcpy_us;
   }
 }
 
@@ -287,20 +376,20 @@ class SilentReporter : public benchmark::BenchmarkReporter {
   void ReportRuns(const std::vector<Run>&) override {}
 };
 
-std::string results_text(int verified) {
+std::string results_text(int verified, int verified_p2p) {
   std::ostringstream out;
-  out << "verified\t" << verified << "\n";
+  out << "verified\t" << verified << "\t" << verified_p2p << "\n";
   for (const std::string& key : g_order) {
     if (!g_results.contains(key)) continue;  // filtered out
     const Row& r = g_results.at(key);
     out << "row\t" << r.pair << "\t" << r.hidden << "\t" << r.boundary_us << "\t" << r.memcpy_us << "\t" << r.bytes
-        << "\n";
+        << "\t" << r.p2p_us << "\n";
   }
   return out.str();
 }
 
 void print_table(const std::vector<Row>& rows);
-std::vector<Row> parse_results(std::istream& in, int& verified);
+std::vector<Row> parse_results(std::istream& in, int& verified, int& verified_p2p);
 
 [[noreturn]] void run_rank(const LaunchEnv& env, const Settings& settings, std::vector<char*> args) {
   set_log_rank(env.rank);
@@ -328,6 +417,12 @@ std::vector<Row> parse_results(std::istream& in, int& verified);
             ->Iterations(boundary_iterations(settings, hidden))
             ->UseManualTime()
             ->Unit(benchmark::kMicrosecond);
+        if (c.has_p2p()) {
+          benchmark::RegisterBenchmark(("boundary_p2p/" + c.key()).c_str(), bm_p2p, &c)
+              ->Iterations(boundary_iterations(settings, hidden))
+              ->UseManualTime()
+              ->Unit(benchmark::kMicrosecond);
+        }
       }
     }
     if (cases.empty()) fail(fmt::format("no layout pair runs on {} ranks", env.world_size));
@@ -350,11 +445,11 @@ std::vector<Row> parse_results(std::istream& in, int& verified);
 
     if (env.rank == 0) {
       if (const char* path = std::getenv(kWorkerVar); path && *path) {
-        std::ofstream(path) << results_text(g_verified);
+        std::ofstream(path) << results_text(g_verified, g_verified_p2p);
       } else {  // started by another launcher: this world size's table here
-        int verified = 0;
-        std::istringstream text(results_text(g_verified));
-        print_table(parse_results(text, verified));
+        int verified = 0, verified_p2p = 0;
+        std::istringstream text(results_text(g_verified, g_verified_p2p));
+        print_table(parse_results(text, verified, verified_p2p));
       }
     }
   } catch (const std::exception& e) {
@@ -368,21 +463,27 @@ std::vector<Row> parse_results(std::istream& in, int& verified);
 
 // ---- the launching process ------------------------------------------------------
 
+// One line per pair and hidden size for the all-to-all (boundary_us), and for
+// a non-colocated pair a second line, "<pair> p2p", with the point-to-point
+// round trip in the same column and its own ratio to the same memcpy.
 void print_table(const std::vector<Row>& rows) {
   auto us = [](double v) { return v > 0 ? fmt::format("{:.1f}", v) : std::string("-"); };
+  auto line = [&](const std::string& pair, const Row& r, double time_us) {
+    const std::string ratio = time_us > 0 && r.memcpy_us > 0 ? fmt::format("{:.1f}", time_us / r.memcpy_us) : "-";
+    std::printf("%-32s %6lld %12s %10s %8s %12lld\n", pair.c_str(), static_cast<long long>(r.hidden),
+                us(time_us).c_str(), us(r.memcpy_us).c_str(), ratio.c_str(), static_cast<long long>(r.bytes));
+  };
   std::printf("\n%-32s %6s %12s %10s %8s %12s\n", "pair", "hidden", "boundary_us", "memcpy_us", "ratio", "bytes");
   for (const Row& r : rows) {
-    const std::string ratio =
-        r.boundary_us > 0 && r.memcpy_us > 0 ? fmt::format("{:.1f}", r.boundary_us / r.memcpy_us) : "-";
-    std::printf("%-32s %6lld %12s %10s %8s %12lld\n", r.pair.c_str(), static_cast<long long>(r.hidden),
-                us(r.boundary_us).c_str(), us(r.memcpy_us).c_str(), ratio.c_str(),
-                static_cast<long long>(r.bytes));
+    line(r.pair, r, r.boundary_us);
+    if (r.p2p_us > 0) line(r.pair + " p2p", r, r.p2p_us);
   }
   std::fflush(stdout);
 }
 
-// Reads what rank 0 wrote; `verified` gets its count of exact boundary cases.
-std::vector<Row> parse_results(std::istream& in, int& verified) {
+// Reads what rank 0 wrote; `verified` and `verified_p2p` get its counts of
+// exact all-to-all and point-to-point cases.
+std::vector<Row> parse_results(std::istream& in, int& verified, int& verified_p2p) {
   std::vector<Row> rows;
   std::string line;
   while (std::getline(in, line)) {
@@ -390,11 +491,11 @@ std::vector<Row> parse_results(std::istream& in, int& verified) {
     std::string kind;
     std::getline(fields, kind, '\t');
     if (kind == "verified") {
-      fields >> verified;
+      fields >> verified >> verified_p2p;
     } else if (kind == "row") {
       Row r;
       std::getline(fields, r.pair, '\t');
-      fields >> r.hidden >> r.boundary_us >> r.memcpy_us >> r.bytes;
+      fields >> r.hidden >> r.boundary_us >> r.memcpy_us >> r.bytes >> r.p2p_us;
       rows.push_back(r);
     }
   }
@@ -415,7 +516,7 @@ std::string per_world_out(const std::string& arg, int world) {
 int run_launcher(const Settings& settings, const std::vector<std::string>& forwarded) {
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
   std::vector<Row> all;
-  int verified_total = 0;
+  int verified_total = 0, verified_p2p_total = 0;
   for (int world : kWorldSizes) {
     char path[] = "/tmp/bench_boundary.XXXXXX";
     const int fd = mkstemp(path);
@@ -442,9 +543,9 @@ int run_launcher(const Settings& settings, const std::vector<std::string>& forwa
       }
     }
     std::fflush(stdout);
-    int verified = 0;
+    int verified = 0, verified_p2p = 0;
     std::ifstream results(path);
-    std::vector<Row> rows = parse_results(results, verified);
+    std::vector<Row> rows = parse_results(results, verified, verified_p2p);
     results.close();
     std::filesystem::remove(path);
     if (result.exit_code != 0) {
@@ -452,16 +553,24 @@ int run_launcher(const Settings& settings, const std::vector<std::string>& forwa
       return result.exit_code;
     }
     verified_total += verified;
+    verified_p2p_total += verified_p2p;
     all.insert(all.end(), rows.begin(), rows.end());
   }
   if (settings.smoke) {
     const int want = static_cast<int>(std::size(kPairs));
-    if (verified_total != want) {
-      std::fprintf(stderr, "bench_boundary --smoke: %d of %d layout pairs were checked (a filter?)\n",
-                   verified_total, want);
+    const int want_p2p = static_cast<int>(
+        std::count_if(std::begin(kPairs), std::end(kPairs), [](const Pair& p) { return p.placement == Placement::NonColocated; }));
+    if (verified_total != want || verified_p2p_total != want_p2p) {
+      std::fprintf(stderr,
+                   "bench_boundary --smoke: %d of %d layout pairs (all-to-all) and %d of %d non-colocated pairs "
+                   "(point-to-point) were checked (a filter?)\n",
+                   verified_total, want, verified_p2p_total, want_p2p);
       return kExitError;
     }
-    std::printf("\nsmoke: %d layout pairs, forward rows and backward gradients exact on every rank\n", want);
+    std::printf(
+        "\nsmoke: %d layout pairs (all-to-all) and %d non-colocated pairs (point-to-point halves), forward rows "
+        "and backward gradients exact on every rank\n",
+        want, want_p2p);
     return 0;
   }
   print_table(all);
@@ -472,8 +581,11 @@ void usage() {
   std::printf(
       "usage: bench_boundary [--smoke] [--iterations=N] [--benchmark_<flag>=...]\n"
       "  Times forward+backward of the boundary exchange on 2 and 4 local Gloo ranks beside a\n"
-      "  copy_ of the same bytes. --smoke: each pair once at hidden %lld, checked exact.\n"
-      "  --iterations=N: boundary iterations per benchmark (default 200 at hidden 256, 60 at 1024).\n"
+      "  copy_ of the same bytes: the all-to-all for every pair, and the point-to-point halves\n"
+      "  (boundary_p2p/...) for the non-colocated pairs. --smoke: each once at hidden %lld,\n"
+      "  checked exact.\n"
+      "  --iterations=N: boundary and p2p iterations per benchmark (default 200 at hidden 256,\n"
+      "  60 at 1024).\n"
       "  --benchmark_* flags go to every rank (random interleaving and warm-up time are refused:\n"
       "  every rank must make the same collective calls); --benchmark_out=F.json writes\n"
       "  F.w2.json and F.w4.json, one per world size.\n",

@@ -47,7 +47,7 @@ TEST(SweepSpec, InvalidPointsKeepTheirReason) {
 }
 
 TEST(SweepSpec, TheShippedSweepsAreValid) {
-  for (const char* name : {"cpu_default.toml", "paper_colocated.toml", "paper_noncolocated.toml"}) {
+  for (const char* name : {"cpu_default.toml", "cpu_run_ahead.toml", "paper_colocated.toml", "paper_noncolocated.toml"}) {
     const std::string file = std::string(HETPAR_SOURCE_DIR) + "/sweeps/" + name;
     const std::vector<SweepRun> runs = expand_sweep(load_sweep_spec(file), {});
     ASSERT_FALSE(runs.empty()) << name;

@@ -1,5 +1,7 @@
 #include "dist/runtime.hpp"
 
+#include <csignal>
+
 #include <ATen/Parallel.h>
 #include <ATen/Context.h>
 #include <fmt/ranges.h>
@@ -36,6 +38,9 @@ std::vector<int> iota_ranks(int n) {
 
 Runtime::Runtime(const LaunchEnv& env, const RuntimeOptions& options)
     : env_(env), options_(options), backend_(resolve_backend(options.backend)) {
+  // A write to a lost peer's socket must fail as an error (a collective
+  // failure the rank reports), not kill the rank with SIGPIPE and hide the culprit.
+  std::signal(SIGPIPE, SIG_IGN);
   at::set_num_threads(options.intra_op_threads);
   c10d::TCPStoreOptions store_options;
   store_options.port = static_cast<std::uint16_t>(env.master_port);

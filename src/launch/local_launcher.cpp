@@ -171,6 +171,7 @@ int pick_culprit(const std::vector<RankOutcome>& ranks, const std::vector<int>& 
 
 LaunchResult launch_local(const LocalLaunchSpec& spec) {
   if (spec.nproc < 1) throw std::invalid_argument("--nproc must be >= 1");
+  std::signal(SIGPIPE, SIG_IGN);  // the store we host writes to ranks that may be gone
   const auto start = Clock::now();
   // The store lives here, like torchrun's agent store: no rank races for a port.
   c10d::TCPStoreOptions store_options;
