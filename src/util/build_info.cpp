@@ -1,5 +1,7 @@
 #include "util/build_info.hpp"
 
+#include "build_commit.h"  // generated at build time: cmake/write_commit.cmake
+
 namespace hetpar {
 
 const char* build_commit() { return HETPAR_GIT_COMMIT; }
