@@ -6,16 +6,12 @@
 #include "util/log.hpp"
 
 namespace hetpar {
-namespace {
-
 std::string self_executable() {
   std::error_code ec;
   auto path = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (ec) throw std::runtime_error("cannot find this executable: " + ec.message());
   return path.string();
 }
-
-}  // namespace
 
 void add_job_options(CLI::App& cmd, JobArgs& args) {
   cmd.add_option("config", args.config, "run file (TOML)")->required();

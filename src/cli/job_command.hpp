@@ -21,6 +21,9 @@ struct JobArgs {
 };
 
 // Adds CONFIG, --set and --nproc to a subcommand, and the run file's help.
+// The path of this executable, which launchers and sweeps start again.
+std::string self_executable();
+
 void add_job_options(CLI::App& cmd, JobArgs& args);
 
 // Loads and checks the config (exit 2 on error). Without a launch environment

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "cli/job_command.hpp"
 #include "config/config_error.hpp"
 #include "metrics/model_flops.hpp"
 #include "sweep/sweep_runner.hpp"
@@ -14,12 +15,6 @@
 
 namespace hetpar {
 namespace {
-
-std::string self_executable() {
-  std::error_code ec;
-  const auto path = std::filesystem::read_symlink("/proc/self/exe", ec);
-  return ec ? std::string("hetpar") : path.string();
-}
 
 // The plots need the venv's python (matplotlib); HETPAR_PYTHON overrides it.
 std::string plot_python() {
