@@ -13,7 +13,15 @@ export HETPAR_TORCH_VERSION := $(TORCH_VERSION)
 SWEEP ?= sweeps/cpu_default.toml
 RESULTS ?= results/sweeps/cpu-default
 
-.PHONY: all deps configure build hetpar run plots test clean
+ASAN_BUILD ?= build-asan
+# Sanitizer settings of `make test-asan`: every finding is fatal, leaks
+# included; tests/sanitizers/*.supp hold suppressions, each with its reason
+# (none needed so far).
+SANITIZER_ENV := ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:strict_string_checks=1:check_initialization_order=1 \
+  LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitizers/lsan.supp:print_suppressions=0 \
+  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:suppressions=$(CURDIR)/tests/sanitizers/ubsan.supp
+
+.PHONY: all deps configure build hetpar run plots test test-asan clean
 
 all: build
 
@@ -42,5 +50,11 @@ plots: deps
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(CTEST_JOBS)
 
+# The C++ tests with AddressSanitizer + UndefinedBehaviorSanitizer, in their own build tree.
+test-asan: deps
+	@cmake -S . -B $(ASAN_BUILD) -G Ninja -DHETPAR_PYTHON=$(VENV)/bin/python -DHETPAR_SANITIZE=address,undefined >/dev/null
+	@cmake --build $(ASAN_BUILD) -j $(JOBS) --target hetpar test_config test_dist bench_boundary
+	cd $(ASAN_BUILD) && $(SANITIZER_ENV) ctest --output-on-failure -j $(CTEST_JOBS) -E '^(hf_llava_interop|plot_results)$$'
+
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD)

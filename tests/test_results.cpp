@@ -40,7 +40,7 @@ std::string row(const std::vector<std::string>& header, const std::map<std::stri
 }
 
 const std::vector<std::string> kFixedHeader = {
-    "run_id", "role", "baseline_id", "status", "error", "label",
+    "run_id", "role", "baseline_id", "status", "error", "diverged_step", "label",
     "placement", "layout_encoder", "layout_llm", "encoder_name", "world_size",
     "flops_per_step", "step_seconds_median", "step_seconds_p10", "step_seconds_p90",
     "tflops_per_gpu", "mfu", "tokens_per_second", "image_tokens_per_second", "samples_per_second",
@@ -160,19 +160,24 @@ ComparisonSets comparison_sets() {
   ComparisonSets s;
   s.old_records = {point("same", 100, 1000),     point("slow10", 100, 1000), point("slow3", 100, 1000),
                    point("fast20", 100, 1000),   point("mixed", 100, 1000),  point("gone", 100, 1000),
-                   {{"status", "invalid"}, {"label", "bad"}}};
+                   point("broke", 100, 1000),    point("blank", 100, 1000),  point("retried", 100, 1000),
+                   {{"status", "invalid"}, {"label", "bad"}}, {{"status", "failed"}, {"label", "healed"}}};
   s.new_records = {point("same", 100, 1000, "NVIDIA H200"),   point("slow10", 90, 1000, "NVIDIA H200"),
                    point("slow3", 97, 1000, "NVIDIA H200"),   point("fast20", 120, 1200, "NVIDIA H200"),
                    point("mixed", 120, 900, "NVIDIA H200"),   point("fresh", 100, 1000, "NVIDIA H200"),
-                   {{"status", "failed"}, {"label", "slow3"}, {"error", "OOM"}}};
+                   {{"status", "diverged"}, {"label", "broke"}, {"error", "the loss diverged at step 3"}},
+                   {{"status", "ok"}, {"label", "blank"}},  // ok, but no figures
+                   {{"status", "failed"}, {"label", "retried"}}, point("retried", 100, 1000, "NVIDIA H200"),
+                   point("healed", 100, 1000, "NVIDIA H200"), {{"status", "failed"}, {"label", "bad"}}};
   return s;
 }
 
 TEST(ResultsCompare, VerdictsCountsAndNotes) {
   const ComparisonSets s = comparison_sets();
   const ResultsComparison c = compare_results(s.old_records, s.new_records, 0.05);
-  EXPECT_EQ(c.matched, 5);
-  EXPECT_EQ(c.regressions, 2);  // slow10, and mixed: a fall is not offset by a rise
+  EXPECT_EQ(c.matched, 8);
+  // slow10, mixed (a fall is not offset by a rise), broke (ok -> diverged), blank (ok -> no figures)
+  EXPECT_EQ(c.regressions, 4);
   EXPECT_EQ(c.only_old, std::vector<std::string>{"gone"});
   EXPECT_EQ(c.only_new, std::vector<std::string>{"fresh"});
 
@@ -184,17 +189,21 @@ TEST(ResultsCompare, VerdictsCountsAndNotes) {
   EXPECT_NE(line_of(t, "fast20").find("improved"), std::string::npos) << t;
   EXPECT_NE(line_of(t, "fast20").find("+20.0%"), std::string::npos) << t;
   EXPECT_NE(line_of(t, "mixed").find("REGRESSED"), std::string::npos) << t;
+  EXPECT_NE(line_of(t, "broke").find("REGRESSED (now diverged)"), std::string::npos) << t;
+  EXPECT_NE(line_of(t, "blank").find("REGRESSED (no figures)"), std::string::npos) << t;
+  EXPECT_NE(line_of(t, "retried").find(" ok"), std::string::npos) << t;  // the later record wins
   EXPECT_NE(t.find("only in OLD: gone\n"), std::string::npos) << t;
   EXPECT_NE(t.find("only in NEW: fresh\n"), std::string::npos) << t;
-  EXPECT_NE(t.find("2 failed/invalid records ignored"), std::string::npos) << t;
+  EXPECT_NE(t.find("2 points were not ok in OLD"), std::string::npos) << t;
+  EXPECT_NE(t.find("1 of them are ok in NEW"), std::string::npos) << t;
   EXPECT_NE(t.find("device: NVIDIA H100 -> NVIDIA H200\n"), std::string::npos) << t;
   EXPECT_EQ(t.find("commit:"), std::string::npos) << t;  // the same on both sides
-  EXPECT_NE(t.find("5 points compared, 2 regressed beyond 5%\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("8 points compared, 4 regressed beyond 5%\n"), std::string::npos) << t;
 
   // Columns line up: the verdict starts at the same offset on every row.
   const size_t at = line_of(t, "label").find("verdict");
   ASSERT_NE(at, std::string::npos) << t;
-  for (const char* label : {"same", "slow10", "slow3", "fast20", "mixed"}) {
+  for (const char* label : {"same", "slow10", "slow3", "fast20", "mixed", "broke", "blank"}) {
     EXPECT_NE(line_of(t, label).substr(at, 2), "  ") << label << "\n" << t;
     EXPECT_EQ(line_of(t, label)[at - 1], ' ') << label << "\n" << t;
   }
@@ -203,7 +212,7 @@ TEST(ResultsCompare, VerdictsCountsAndNotes) {
 TEST(ResultsCompare, ThresholdDecidesWhatCounts) {
   const ComparisonSets s = comparison_sets();
   const ResultsComparison c = compare_results(s.old_records, s.new_records, 0.02);
-  EXPECT_EQ(c.regressions, 3);  // slow3 now falls beyond the threshold
+  EXPECT_EQ(c.regressions, 5);  // slow3 now falls beyond the threshold too
   EXPECT_NE(line_of(c.text, "slow3").find("REGRESSED"), std::string::npos) << c.text;
   EXPECT_NE(c.text.find("regressed beyond 2%\n"), std::string::npos) << c.text;
 }

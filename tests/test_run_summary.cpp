@@ -2,7 +2,10 @@
 // memory over every step, per-phase medians; loss-curve differences.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <fstream>
 
 #include "metrics/run_summary.hpp"
 
@@ -57,6 +60,33 @@ TEST(RunSummary, LossCurveDifference) {
   EXPECT_NEAR(d.max_abs, 0.4, 1e-12);
   EXPECT_NEAR(d.max_rel, 0.1, 1e-12);
   EXPECT_EQ(loss_curve_difference(a, a).max_rel, 0.0);
+}
+
+// A diverged run's last step has "diverged": true and a null loss (JSON has
+// no NaN); it reads back, and parity is judged on the finite steps only.
+TEST(RunSummary, DivergedStepsReadBackAndAreLeftOutOfParity) {
+  const std::string path = ::testing::TempDir() + "/diverged_" + std::to_string(::getpid()) + ".jsonl";
+  nlohmann::json broken = step(3, 1, 0, 0);
+  broken["loss"] = std::nan("");  // dumped as null
+  broken["diverged"] = true;
+  std::ofstream(path) << step(1, 1, 6.0, 0).dump() << "\n" << step(2, 1, 5.0, 0).dump() << "\n" << broken.dump() << "\n";
+  const std::vector<nlohmann::json> steps = read_steps(path);
+  ASSERT_EQ(steps.size(), 3u);
+  EXPECT_TRUE(steps[2]["loss"].is_null());
+  EXPECT_EQ(diverged_step(steps), std::optional<int64_t>(3));
+  const std::vector<nlohmann::json> healthy = {step(1, 1, 6.0, 0), step(2, 1, 5.0, 0), step(3, 1, 4.0, 0)};
+  EXPECT_EQ(diverged_step(healthy), std::nullopt);
+  const LossCurveDifference d = loss_curve_difference(steps, healthy);
+  EXPECT_EQ(d.compared, 2);
+  EXPECT_EQ(d.max_rel, 0.0);
+  // A null loss without the flag is not a step record: a broken file, named.
+  std::ofstream(path) << step(1, 1, 6.0, 0).dump() << "\n" << R"({"step": 2, "loss": null})" << "\n";
+  try {
+    read_steps(path);
+    FAIL() << "accepted a null loss";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find(":2:"), std::string::npos) << e.what();
+  }
 }
 
 TEST(RunSummary, ReadStepsNamesTheProblem) {

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <thread>
 
@@ -153,6 +154,45 @@ TEST(Sweep, FailedRunsAreRecordedAndTheSweepGoesOn) {
     EXPECT_NE(record["error"].get<std::string>().find("exit code"), std::string::npos) << line;
   }
   EXPECT_NE(output.find("3 failed"), std::string::npos) << output;
+}
+
+// A diverged point is an outcome: recorded, the sweep goes on, and re-runs
+// neither crash nor duplicate records; --retry-failed runs it again; a
+// record torn by a crash is dropped; invalid points are recorded once.
+TEST(Sweep, DivergedRunsAreRecordedAndResumeIsIdempotent) {
+  const std::string out = fresh_dir("sweep_diverging");
+  const std::string sweep = std::string(HETPAR_BINARY) + " sweep " + kSweeps + "/diverging.toml --no-plots --out " + out;
+  auto status_of = [&] {
+    std::map<std::string, std::string> status;
+    for (const std::string& line : lines_of(out + "/results.jsonl")) {
+      const auto record = nlohmann::json::parse(line);
+      status[record["run_id"].get<std::string>()] = record["status"].get<std::string>();
+    }
+    return status;
+  };
+  const std::map<std::string, std::string> expected = {
+      {"b001", "ok"}, {"p001", "ok"}, {"b002", "diverged"}, {"p002", "diverged"}, {"p003", "invalid"}};
+  auto [code, output] = run_command(sweep);
+  EXPECT_EQ(code, 1) << output;  // not every run is ok
+  EXPECT_EQ(status_of(), expected) << output;
+  EXPECT_NE(output.find("p002 (diverging / colocated): diverged: the loss diverged at step"), std::string::npos)
+      << output;
+  const std::vector<std::string> first = lines_of(out + "/results.jsonl");
+  ASSERT_EQ(first.size(), 5u);
+
+  // A crash mid-write leaves half a record without a newline.
+  std::ofstream(out + "/results.jsonl", std::ios::app) << R"({"run_id": "p00)";
+  std::tie(code, output) = run_command(sweep);
+  EXPECT_EQ(code, 1) << output;
+  EXPECT_NE(output.find("dropped the unfinished last record"), std::string::npos) << output;
+  EXPECT_NE(output.find("resuming: 4 runs already finished"), std::string::npos) << output;
+  EXPECT_EQ(lines_of(out + "/results.jsonl"), first) << output;  // nothing repeated, nothing lost
+
+  std::tie(code, output) = run_command(sweep + " --retry-failed");
+  EXPECT_EQ(code, 1) << output;
+  EXPECT_NE(output.find("--retry-failed: running 2 failed runs again"), std::string::npos) << output;
+  EXPECT_EQ(lines_of(out + "/results.jsonl").size(), 5u) << output;
+  EXPECT_EQ(status_of(), expected) << output;
 }
 
 void write_results(const std::string& dir, double tflops, double tokens) {

@@ -91,6 +91,9 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         BadSweep{"no_sweep_table", "[[axis]]\nname = \"a\"\n", "sweep", "must be a table"},
         BadSweep{"no_name", "[sweep]\nbase = \"tiny_base.toml\"\n", "sweep.name", "non-empty string"},
+        BadSweep{"name_escaping_results", "[sweep]\nname = \"../..\"\nbase = \"tiny_base.toml\"\n", "sweep.name",
+                 "without path separators"},
+        BadSweep{"name_dot_dot", "[sweep]\nname = \"..\"\nbase = \"tiny_base.toml\"\n", "sweep.name", "without \"..\""},
         BadSweep{"missing_base", "[sweep]\nname = \"x\"\nbase = \"nowhere.toml\"\n", "sweep.base", "no such run file"},
         BadSweep{"unknown_key", "[sweep]\nname = \"x\"\nbase = \"tiny_base.toml\"\nbasline = {}\n", "sweep.basline",
                  "unknown key"},

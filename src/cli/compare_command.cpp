@@ -55,6 +55,18 @@ int run_compare(const CompareArgs& args) {
     die(kExitConfigError, e.what());
   }
   const LossCurveDifference d = loss_curve_difference(a, b);
+  // A diverged run never matches: its curve ends in NaN where the other's does not (or both broke).
+  const std::optional<int64_t> diverged_a = diverged_step(a), diverged_b = diverged_step(b);
+  for (const auto& [run, step] : {std::pair{args.run_a, diverged_a}, std::pair{args.run_b, diverged_b}}) {
+    if (step) log_error("{} diverged at step {} (its loss became NaN or infinite)", run, *step);
+  }
+  if (diverged_a || diverged_b) {
+    if (d.compared > 0) {
+      log_info("{} steps before that compared: max relative difference {:.3g} (step {})", d.compared, d.max_rel,
+               d.worst_step);
+    }
+    return kExitError;
+  }
   if (d.compared == 0) die(kExitConfigError, "the two runs share no step");
   if (a.size() != b.size()) {
     log_error("warning: {} has {} steps, {} has {}; compared the {} they share", args.run_a, a.size(), args.run_b,

@@ -22,10 +22,18 @@ int run_eval(const EvalArgs& args) {
   for (const std::string& path : {args.init_hf + "/model.safetensors", args.batch}) {
     if (!std::filesystem::exists(path)) die(kExitConfigError, "no such file: " + path);
   }
+  // The batch is read and checked against the model before any rank starts.
+  const Preflight check_batch = [&](const RunConfig& config) {
+    try {
+      read_hf_batch(args.batch, config);
+    } catch (const std::exception& e) {
+      throw ConfigError(args.batch, "batch", error_message(e));
+    }
+  };
   return run_job("eval", args.job, {"--init-hf", args.init_hf, "--batch", args.batch},
                  [&](const RunConfig& config, const LaunchEnv& env) {
                    return run_eval_job(config, env, args.init_hf, args.batch);
-                 }, /*needs_full_model=*/true);
+                 }, /*needs_full_model=*/true, check_batch);
 }
 
 }  // namespace hetpar

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "launch/local_launcher.hpp"
+#include "launch/local_limits.hpp"
 #include "util/log.hpp"
 
 namespace hetpar {
@@ -19,12 +20,16 @@ void add_job_options(CLI::App& cmd, JobArgs& args) {
   cmd.add_option("--nproc", args.nproc,
                  "spawn this many local ranks (default: as many as the layout needs); "
                  "not used under torchrun/srun, which set RANK/WORLD_SIZE")
-      ->check(CLI::Range(1, 4096));
+      ->check(CLI::Range(1, 1 << 20));
+  cmd.add_flag("--oversubscribe", args.oversubscribe,
+               "let the local launcher start more than 4 ranks per core (refused otherwise: a mistyped layout "
+               "must not start thousands of processes)");
   cmd.footer("\nTHE RUN FILE\n" + describe_run_file());
 }
 
 int run_job(const std::string& subcommand, const JobArgs& args, const std::vector<std::string>& rank_args,
-            const std::function<int(const RunConfig&, const LaunchEnv&)>& rank_main, bool needs_full_model) {
+            const std::function<int(const RunConfig&, const LaunchEnv&)>& rank_main, bool needs_full_model,
+            const Preflight& preflight) {
   std::optional<LaunchEnv> env;
   RunConfig config;
   try {
@@ -45,6 +50,17 @@ int run_job(const std::string& subcommand, const JobArgs& args, const std::vecto
                         "the launcher started " + std::to_string(env->world_size) + " ranks; drop --nproc");
     }
     check_world_size(config, env ? env->world_size : (args.nproc ? args.nproc : config.placement.world_size));
+    // Under torchrun/srun this rank alone must fit; the local launcher hosts them all.
+    const int ranks_here = env ? 1 : config.placement.world_size;
+    if (!env) {
+      if (const std::string why = local_rank_count_problem(config, ranks_here, args.oversubscribe); !why.empty()) {
+        throw ConfigError(config.source_file, "layout", why);
+      }
+    }
+    if (const std::string why = local_memory_problem(config, ranks_here); !why.empty()) {
+      throw ConfigError(config.source_file, estimate_rank_memory(config).module, why);
+    }
+    if (preflight && (!env || env->rank == 0)) preflight(config);
   } catch (const ConfigError& e) {
     die(kExitConfigError, std::string("config: ") + e.what());
   }
@@ -62,7 +78,10 @@ int run_job(const std::string& subcommand, const JobArgs& args, const std::vecto
   spec.grace = std::chrono::milliseconds(static_cast<int64_t>(config.runtime.timeout_s * 1000) + 5000);
   log_info("hetpar: launching {} local ranks for {}", spec.nproc, args.config);
   const LaunchResult result = launch_local(spec);
-  if (result.exit_code != 0) {
+  if (result.exit_code == kExitDiverged) {
+    log_error("the run diverged after {:.1f} s (exit code {}); its steps and summary record where", result.wall_seconds,
+              kExitDiverged);
+  } else if (result.exit_code != 0) {
     log_error("job failed after {:.1f} s: {}", result.wall_seconds, describe_failure(result));
   }
   return result.exit_code;

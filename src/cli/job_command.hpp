@@ -18,6 +18,7 @@ struct JobArgs {
   std::string config;
   std::vector<std::string> overrides;  // --set key=value
   int nproc = 0;                       // 0: as many as the layout needs
+  bool oversubscribe = false;          // start more local ranks than 4 per core
 };
 
 // Adds CONFIG, --set and --nproc to a subcommand, and the run file's help.
@@ -27,11 +28,16 @@ std::string self_executable();
 void add_job_options(CLI::App& cmd, JobArgs& args);
 
 // Loads and checks the config (exit 2 on error). Without a launch environment
-// it spawns the ranks, each re-running `subcommand` with `rank_args` appended;
-// inside a rank it runs `rank_main`. Returns the exit code.
+// it checks that this machine can host the job's ranks and memory, runs
+// `preflight` (which throws ConfigError for input it cannot use), then spawns
+// the ranks, each re-running `subcommand` with `rank_args` appended; inside a
+// rank of an outside launcher (torchrun, srun) rank 0 runs `preflight` and
+// every rank `rank_main`. Returns the exit code.
 // `needs_full_model`: the subcommand reads or writes whole checkpoints, which
 // needs both modules on rank 0 (uniform or colocated placement).
+using Preflight = std::function<void(const RunConfig&)>;
 int run_job(const std::string& subcommand, const JobArgs& args, const std::vector<std::string>& rank_args,
-            const std::function<int(const RunConfig&, const LaunchEnv&)>& rank_main, bool needs_full_model = false);
+            const std::function<int(const RunConfig&, const LaunchEnv&)>& rank_main, bool needs_full_model,
+            const Preflight& preflight);
 
 }  // namespace hetpar

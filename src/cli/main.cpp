@@ -1,6 +1,8 @@
 // hetpar: one executable, one subcommand per job kind.
 #include <CLI/CLI.hpp>
 
+#include <csignal>
+
 #include "cli/compare_command.hpp"
 #include "cli/eval_command.hpp"
 #include "cli/sweep_command.hpp"
@@ -10,6 +12,10 @@
 #include "util/log.hpp"
 
 int main(int argc, char** argv) {
+  // Past a file-size limit a write must fail with an error hetpar reports
+  // (naming the file), not kill the process with SIGXFSZ.
+  std::signal(SIGXFSZ, SIG_IGN);
+  hetpar::quiet_torch_logging();
   CLI::App app{"hetpar: heterogeneous-parallel multimodal LLM trainer and benchmark suite"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string(hetpar::build_version()) + " (commit " + hetpar::build_commit() +

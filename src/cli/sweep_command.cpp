@@ -5,8 +5,12 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 
 #include "cli/job_command.hpp"
+#include "launch/local_limits.hpp"
+#include "sweep/sweep_dir.hpp"
+#include "util/durable_file.hpp"
 #include "config/config_error.hpp"
 #include "metrics/model_flops.hpp"
 #include "sweep/sweep_runner.hpp"
@@ -29,8 +33,34 @@ std::string layout_text(const RunConfig& c) {
                      p.llm_ranks.end());
 }
 
-int dry_run(const SweepSpec& spec, const std::vector<SweepRun>& runs) {
-  int points = 0, valid = 0, baselines = 0;
+// Why the local launcher cannot start run `r` on this machine; "" when it can.
+std::string local_problem(const SweepRun& r) {
+  const std::string why = local_rank_count_problem(*r.config, r.world_size, /*oversubscribe=*/false);
+  return why.empty() ? local_memory_problem(*r.config, r.world_size) : why;
+}
+
+// Runs on the local launcher get this machine alone, one after another: a
+// point that needs more ranks or memory than it has is invalid, like a
+// layout that does not multiply out (and so is a point whose baseline is).
+void refuse_what_this_machine_cannot_host(std::vector<SweepRun>& runs) {
+  std::map<std::string, std::string> invalid_baselines;
+  for (SweepRun& r : runs) {
+    if (!r.config) continue;
+    std::string why = local_problem(r);
+    if (why.empty() && !r.is_baseline && invalid_baselines.count(r.baseline_id)) {
+      why = "its baseline is invalid: " + invalid_baselines[r.baseline_id];
+    }
+    if (why.empty()) continue;
+    if (r.is_baseline) invalid_baselines[r.id] = why;
+    r.invalid_reason = why;
+    r.config.reset();
+  }
+}
+
+// A dry run plans for any machine (a cluster's, with --launch); it says which
+// runs this one could not host on the local launcher, but lists them as valid.
+int dry_run(const SweepSpec& spec, const std::vector<SweepRun>& runs, bool local) {
+  int points = 0, valid = 0, baselines = 0, too_big_here = 0;
   log_info("sweep {} ({}): base run {}", spec.name, spec.file, spec.base);
   log_info("{:<5} {:<44} {:>5} {:>12}  {:<8} {}", "run", "label", "ranks", "FLOPs/step", "baseline", "layout");
   for (const SweepRun& r : runs) {
@@ -40,6 +70,7 @@ int dry_run(const SweepSpec& spec, const std::vector<SweepRun>& runs) {
       continue;
     }
     valid += !r.is_baseline;
+    too_big_here += local && !local_problem(r).empty();
     const double flops =
         step_flops(*r.config, static_cast<int64_t>(expected_images_per_step(*r.config) + 0.5)).total();
     log_info("{:<5} {:<44} {:>5} {:>12.4e}  {:<8} {}", r.id, r.label, r.world_size, flops,
@@ -47,6 +78,10 @@ int dry_run(const SweepSpec& spec, const std::vector<SweepRun>& runs) {
   }
   log_info("{} points ({} valid, {} invalid), {} baselines; model FLOPs per step at the expected images per step",
            points, valid, points - valid, baselines);
+  if (too_big_here > 0) {
+    log_info("{} of these runs need more ranks or memory than this machine has: run them with --launch on a cluster",
+             too_big_here);
+  }
   return valid > 0 ? 0 : kExitConfigError;
 }
 
@@ -61,7 +96,9 @@ CLI::App* add_sweep_command(CLI::App& app, SweepArgs& args) {
                   "start each run's ranks with this prefix instead of the local launcher; {ranks} is replaced, "
                   "e.g. \"srun -n {ranks}\" or \"torchrun --nproc-per-node {ranks} --no-python\"");
   cmd->add_flag("--dry-run", args.dry_run, "validate and list the points with ranks and FLOPs; run nothing");
-  cmd->add_flag("--fresh", args.fresh, "discard earlier results in the output directory instead of resuming");
+  cmd->add_flag("--fresh", args.fresh,
+                "discard earlier results instead of resuming (only in a directory an earlier hetpar sweep made)");
+  cmd->add_flag("--retry-failed", args.retry_failed, "when resuming, run again the runs that failed or diverged");
   cmd->add_flag("--no-plots", args.no_plots, "skip drawing the figures");
   cmd->add_option("--run-timeout", args.run_timeout_s, "seconds one run may take before it is killed")
       ->check(CLI::PositiveNumber);
@@ -75,8 +112,9 @@ int run_sweep_command(const SweepArgs& args) {
   } catch (const ConfigError& e) {
     die(kExitConfigError, e.what());
   }
-  const std::vector<SweepRun> runs = expand_sweep(spec, args.overrides);
-  if (args.dry_run) return dry_run(spec, runs);
+  std::vector<SweepRun> runs = expand_sweep(spec, args.overrides);
+  if (args.dry_run) return dry_run(spec, runs, args.launch.empty());
+  if (args.launch.empty()) refuse_what_this_machine_cannot_host(runs);
   bool any_valid = false;
   for (const SweepRun& r : runs) {
     if (!r.config) log_error("skipping {} ({}): {}", r.id, r.label, r.invalid_reason);
@@ -93,7 +131,16 @@ int run_sweep_command(const SweepArgs& args) {
     options.python = plot_python();
     options.plot_script = std::string(HETPAR_SOURCE_DIR) + "/plots/plot_results.py";
   }
-  return run_sweep(spec, runs, options);
+  options.retry_failed = args.retry_failed;
+  try {
+    return run_sweep(spec, runs, options);
+  } catch (const SweepDirError& e) {
+    die(kExitConfigError, e.what());
+  } catch (const FileError& e) {
+    die(kExitError, e.what());
+  } catch (const std::runtime_error& e) {
+    die(kExitConfigError, e.what());
+  }
 }
 
 }  // namespace hetpar

@@ -17,6 +17,7 @@ struct SweepArgs {
   std::string launch;                  // launch prefix with {ranks}; empty: local launcher
   bool dry_run = false;
   bool fresh = false;
+  bool retry_failed = false;
   bool no_plots = false;
   double run_timeout_s = 3600;
 };

@@ -1,5 +1,9 @@
 #include "cli/train_command.hpp"
 
+#include <filesystem>
+
+#include "util/durable_file.hpp"
+
 namespace hetpar {
 
 CLI::App* add_train_command(CLI::App& app, TrainArgs& args) {
@@ -19,11 +23,33 @@ int run_train(const TrainArgs& args) {
                                     std::pair{"--save-hf", args.outputs.save_hf}}) {
     if (!value.empty()) rank_args.insert(rank_args.end(), {flag, value});
   }
-  return run_job("train", args.job, rank_args, [&](const RunConfig& config, const LaunchEnv& env) {
+  auto outputs_of = [&](const RunConfig& config) {
     TrainOutputs outputs = args.outputs;
     if (outputs.out_dir.empty()) outputs.out_dir = "results/runs/" + config.run.name;
-    return run_train_job(config, env, outputs);
-  }, !args.outputs.init_hf.empty() || !args.outputs.save_hf.empty());
+    return outputs;
+  };
+  // Where results go is checked before the first step, not found unusable after the last.
+  const Preflight check_outputs = [&](const RunConfig& config) {
+    const TrainOutputs outputs = outputs_of(config);
+    try {
+      ensure_writable_dir(outputs.out_dir);
+    } catch (const FileError& e) {
+      throw ConfigError("command line", "--out", e.what());
+    }
+    if (!outputs.save_hf.empty()) {
+      try {
+        ensure_writable_dir(outputs.save_hf);
+      } catch (const FileError& e) {
+        throw ConfigError("command line", "--save-hf", e.what());
+      }
+    }
+    if (!outputs.init_hf.empty() && !std::filesystem::exists(outputs.init_hf + "/model.safetensors")) {
+      throw ConfigError("command line", "--init-hf", "no such file: " + outputs.init_hf + "/model.safetensors");
+    }
+  };
+  return run_job("train", args.job, rank_args, [&](const RunConfig& config, const LaunchEnv& env) {
+    return run_train_job(config, env, outputs_of(config));
+  }, !args.outputs.init_hf.empty() || !args.outputs.save_hf.empty(), check_outputs);
 }
 
 }  // namespace hetpar

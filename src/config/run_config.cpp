@@ -7,6 +7,7 @@
 
 #include "config/run_schema.hpp"
 #include "config/toml_document.hpp"
+#include "util/plain_name.hpp"
 
 namespace hetpar {
 namespace {
@@ -183,6 +184,13 @@ void check_consistency(const TomlDocument& doc, const RunConfig& c) {
                         "must be a multiple of " + rule.divisor_text + ", got " + num(rule.value));
     }
   }
+  // RoPE rotates pairs of channels: the LLM's head size must be even.
+  if ((c.llm.hidden / c.llm.heads) % 2 != 0) {
+    throw ConfigError(file_of(doc, {"llm.hidden", "llm.heads"}), "llm.hidden",
+                      "llm.hidden / llm.heads = " + num(c.llm.hidden / c.llm.heads) +
+                          " is the head size, which RoPE needs even; got llm.hidden = " + num(c.llm.hidden) +
+                          ", llm.heads = " + num(c.llm.heads));
+  }
 }
 
 std::string placement_text(const ModulePlacement& p) {
@@ -230,7 +238,12 @@ RunConfig load_run_config(const std::string& file, const std::vector<std::string
   RunConfig config;
   config.source_file = file;
   read_schema_values(doc, config);
-  if (config.run.name.empty()) config.run.name = std::filesystem::path(file).stem().string();
+  if (config.run.name.empty()) {
+    config.run.name = std::filesystem::path(file).stem().string();
+    if (const std::string why = plain_name_problem(config.run.name); !why.empty()) {
+      throw ConfigError(file, "run.name", "taken from the file name, " + why + "; set run.name");
+    }
+  }
 
   try {
     config.placement =

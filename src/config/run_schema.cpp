@@ -8,6 +8,8 @@
 #include <type_traits>
 #include <utility>
 
+#include "util/plain_name.hpp"
+
 namespace hetpar {
 namespace {
 
@@ -51,10 +53,9 @@ Constraint unit_interval() {
           }};
 }
 
-Constraint non_empty() {
-  return {"!= \"\"", [](const SchemaValue& value) {
-            return std::get<std::string>(value).empty() ? "must not be empty" : std::string();
-          }};
+// One path component: the default output directory is results/runs/<run.name>.
+Constraint plain_name() {
+  return {"a plain name", [](const SchemaValue& value) { return plain_name_problem(std::get<std::string>(value)); }};
 }
 
 Constraint one_of(std::vector<std::string> choices) {
@@ -179,7 +180,7 @@ std::vector<SchemaKey> build_schema() {
   // One row per key reads as a table.
   // clang-format off
   std::vector<SchemaKey> keys = {
-      run.key<&RunSection::name>("name", non_empty(), "label of the run in logs and results", "(run file stem)"),
+      run.key<&RunSection::name>("name", plain_name(), "label of the run in logs and results; names its default output directory", "(run file stem)"),
       run.key<&RunSection::seed>("seed", at_least(0), "seed for weights and synthetic data"),
       run.key<&RunSection::steps>("steps", at_least(1), "optimizer steps to run"),
       run.key<&RunSection::timing_warmup_steps>("timing_warmup_steps", at_least(0),
@@ -192,7 +193,7 @@ std::vector<SchemaKey> build_schema() {
       encoder.key<&Enc::heads>("heads", at_least(1), "attention heads"),
       encoder.key<&Enc::mlp_hidden>("mlp_hidden", at_least(1), "hidden size of the MLP block"),
       encoder.key<&Enc::frozen>("frozen", any_value(), "when true, no gradients or optimizer state"),
-      llm.key<&LlmConfig::vocab_size>("vocab_size", at_least(1), "vocabulary size"),
+      llm.key<&LlmConfig::vocab_size>("vocab_size", at_least(4), "vocabulary size (ids 0-2 are pad, BOS and the image placeholder)"),
       llm.key<&LlmConfig::hidden>("hidden", at_least(1), "hidden size"),
       llm.key<&LlmConfig::layers>("layers", at_least(1), "transformer layers"),
       llm.key<&LlmConfig::heads>("heads", at_least(1), "attention (query) heads"),

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <numeric>
 
+#include "util/log.hpp"
+
 namespace hetpar {
 namespace {
 
@@ -42,7 +44,7 @@ void Group::wait(const c10::intrusive_ptr<c10d::Work>& work, const char* call) c
   } catch (const CollectiveError&) {
     throw;
   } catch (const std::exception& e) {
-    fail(call, e.what());
+    fail(call, error_message(e));
   }
 }
 

@@ -11,14 +11,14 @@ const char* env(const char* name) {
   return (v && *v) ? v : nullptr;
 }
 
-int env_int(const char* name, int min_value) {
+int env_int(const char* name, int min_value, int max_value = 1 << 20) {
   const char* v = env(name);
   if (!v) throw std::runtime_error(std::string("environment variable ") + name + " is not set");
   char* end = nullptr;
   const long value = std::strtol(v, &end, 10);
-  if (*end != '\0' || value < min_value || value > 1 << 20) {
-    throw std::runtime_error(std::string("environment variable ") + name + "=\"" + v +
-                             "\" is not an integer >= " + std::to_string(min_value));
+  if (*end != '\0' || value < min_value || value > max_value) {
+    throw std::runtime_error(std::string("environment variable ") + name + "=\"" + v + "\" is not an integer in [" +
+                             std::to_string(min_value) + ", " + std::to_string(max_value) + "]");
   }
   return static_cast<int>(value);
 }
@@ -46,7 +46,7 @@ std::optional<LaunchEnv> read_launch_env() {
   }
   if (const char* addr = env("MASTER_ADDR")) e.master_addr = addr;
   else if (e.world_size > 1) throw std::runtime_error("environment variable MASTER_ADDR is not set");
-  e.master_port = e.world_size > 1 || env("MASTER_PORT") ? env_int("MASTER_PORT", 1) : 0;
+  e.master_port = e.world_size > 1 || env("MASTER_PORT") ? env_int("MASTER_PORT", 1, 65535) : 0;
   const char* agent = env("TORCHELASTIC_USE_AGENT_STORE");
   e.agent_store = agent && std::string(agent) == "True";
   return e;

@@ -12,6 +12,8 @@
 #include <functional>
 
 #include "dist/backend_factory.hpp"
+#include "dist/listen_socket.hpp"
+#include "util/log.hpp"
 
 namespace hetpar {
 namespace {
@@ -49,10 +51,17 @@ Runtime::Runtime(const LaunchEnv& env, const RuntimeOptions& options)
   store_options.waitWorkers = false;
   store_options.timeout = options.timeout;
   try {
+    // Rank 0 hosting the store binds it where MASTER_ADDR says, not on every interface.
+    if (store_options.isServer) {
+      const ListenSocket listener = listen_on(env.master_addr, static_cast<std::uint16_t>(env.master_port));
+      store_options.masterListenFd = listener.fd;
+      log_info("rendezvous store on {}:{}", listener.address, listener.port);
+    }
     store_ = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
   } catch (const std::exception& e) {
-    throw std::runtime_error(fmt::format("rendezvous with the store at {}:{} failed: {}",
-                                         env.master_addr, env.master_port, e.what()));
+    throw std::runtime_error(fmt::format(
+        "rendezvous with the store at {}:{} failed: {} (is {} running and listening there?)", env.master_addr,
+        env.master_port, error_message(e), env.agent_store ? "the launcher's agent" : "rank 0"));
   }
   // Namespaced so a torchrun agent store shared by restarts stays clean.
   store_ = c10::make_intrusive<c10d::PrefixStore>("hetpar", store_);
@@ -75,9 +84,10 @@ std::unique_ptr<Group> Runtime::make_group(const GroupSpec& spec, int index) {
                     : make_gloo_backend(store, rank_in_group, size, options_.timeout,
                                         env_.master_addr);
     } catch (const std::exception& e) {
-      throw CollectiveError(fmt::format("creating {} group {} over ranks [{}] failed: {}",
-                                        backend_, spec.name, fmt::join(spec.ranks, ","),
-                                        e.what()));
+      throw CollectiveError(fmt::format("creating {} group {} over ranks [{}] failed: {} (a rank that never "
+                                        "joined within runtime.timeout_s: were all {} ranks started?)",
+                                        backend_, spec.name, fmt::join(spec.ranks, ","), error_message(e),
+                                        env_.world_size));
     }
   }
   return std::make_unique<Group>(spec.name, spec.ranks, env_.rank, backend, options_.timeout);
@@ -95,7 +105,7 @@ void Runtime::check_same_list_everywhere(const std::vector<GroupSpec>& specs) {
   try {
     got = store_->get(key);
   } catch (const std::exception& e) {
-    throw CollectiveError(fmt::format("waiting for rank 0's group list failed: {}", e.what()));
+    throw CollectiveError(fmt::format("waiting for rank 0's group list failed: {}", error_message(e)));
   }
   if (std::string(got.begin(), got.end()) != text) {
     throw std::logic_error(fmt::format(

@@ -4,13 +4,12 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
-#include <filesystem>
-#include <fstream>
 
 #include "data/synthetic_data.hpp"
 #include "io/safetensors.hpp"
 #include "model/param_init.hpp"
 #include "tp/tp_comm_ops.hpp"
+#include "util/durable_file.hpp"
 
 namespace hetpar {
 namespace {
@@ -82,8 +81,8 @@ void save_hf(const RunConfig& config, const MultimodalModel& model, Group& encod
   if (!write) return;
   tensors.emplace_back(std::string(kUnusedPostLayerNorm) + "weight", at::ones({config.encoder.hidden}));
   tensors.emplace_back(std::string(kUnusedPostLayerNorm) + "bias", at::zeros({config.encoder.hidden}));
-  std::filesystem::create_directories(dir);
-  std::ofstream(dir + "/config.json") << llava_config_json(config) << "\n";
+  ensure_writable_dir(dir);
+  write_file_atomic(dir + "/config.json", llava_config_json(config) + "\n");
   write_safetensors(dir + "/model.safetensors", tensors);
 }
 

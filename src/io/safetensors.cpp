@@ -3,8 +3,15 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <stdexcept>
+
+#include "util/durable_file.hpp"
 
 namespace hetpar {
 namespace {
@@ -46,13 +53,29 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // align the data on 8 bytes
-  std::ofstream out(path, std::ios::binary);
-  if (!out) throw std::runtime_error("cannot write " + path);
-  const uint64_t length = text.size();  // little-endian on every platform hetpar builds for
-  out.write(reinterpret_cast<const char*>(&length), sizeof length);
-  out.write(text.data(), static_cast<std::streamsize>(text.size()));
-  for (const at::Tensor& t : data) out.write(static_cast<const char*>(t.data_ptr()), static_cast<std::streamsize>(t.nbytes()));
-  if (!out) throw std::runtime_error("writing " + path + " failed");
+  // Into a temporary file renamed over the target once complete: a full disk
+  // leaves the old file (or none), never a truncated one that loads.
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary);
+    if (!out) throw FileError("cannot create " + tmp + ": " + std::strerror(errno));
+    const uint64_t length = text.size();  // little-endian on every platform hetpar builds for
+    out.write(reinterpret_cast<const char*>(&length), sizeof length);
+    out.write(text.data(), static_cast<std::streamsize>(text.size()));
+    for (const at::Tensor& t : data) out.write(static_cast<const char*>(t.data_ptr()), static_cast<std::streamsize>(t.nbytes()));
+    out.flush();
+    out.close();
+    if (!out) {
+      const int error = errno;
+      std::remove(tmp.c_str());
+      throw FileError("cannot write " + path + ": " + std::strerror(error));
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int error = errno;
+    std::remove(tmp.c_str());
+    throw FileError("cannot write " + path + ": " + std::strerror(error));
+  }
 }
 
 std::map<std::string, at::Tensor> read_safetensors(const std::string& path) {

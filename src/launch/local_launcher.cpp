@@ -14,9 +14,11 @@
 #include <csignal>
 #include <cstring>
 #include <deque>
+#include <fstream>
 #include <stdexcept>
 
 #include "dist/launch_env.hpp"
+#include "dist/listen_socket.hpp"
 #include "util/exit_codes.hpp"
 #include "util/log.hpp"
 
@@ -28,6 +30,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr size_t kKeptStderrLines = 8;
 constexpr auto kKillAfterTerm = std::chrono::seconds(3);
+// After a rank's collective failed (a lost peer or a timeout), how long the
+// rest get to end by themselves: those that lost a peer end at once, so a
+// rank still running after this is the one that stopped answering.
+constexpr auto kUnresponsiveMargin = std::chrono::seconds(3);
 
 volatile std::sig_atomic_t g_interrupted = 0;
 void on_interrupt(int) { g_interrupted = 1; }
@@ -122,7 +128,11 @@ void forward_line(const LocalLaunchSpec& spec, Child& c, const std::string& line
   }
   const std::string tag = fmt::format("[rank {}] ", c.outcome.rank);
   const std::string text = line.rfind(tag, 0) == 0 ? line : tag + line;
-  std::fputs((text + "\n").c_str(), is_err ? stderr : stdout);
+  // Line by line even into a pipe or file: `| tee` shows progress as it
+  // happens, and a killed launcher loses nothing it had read.
+  FILE* stream = is_err ? stderr : stdout;
+  std::fputs((text + "\n").c_str(), stream);
+  std::fflush(stream);
 }
 
 // Reads what is available on fd; returns false at end of stream.
@@ -160,11 +170,26 @@ bool secondary(const RankOutcome& o) {
   return o.killed_by_launcher || (o.signal == 0 && o.exit_code == kExitCollectiveError);
 }
 
+// The culprit: the first rank that failed for a reason of its own; else the
+// first that stopped answering while its peers' collectives failed; else the
+// first failure seen.
 int pick_culprit(const std::vector<RankOutcome>& ranks, const std::vector<int>& failure_order) {
   for (int rank : failure_order) {
     if (!secondary(ranks[rank])) return rank;
   }
+  for (const RankOutcome& r : ranks) {
+    if (r.unresponsive) return r.rank;
+  }
   return failure_order.empty() ? -1 : failure_order.front();
+}
+
+// 'T' when the process is stopped (SIGSTOP, a debugger), else its state letter.
+char process_state(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return '?';
+  const size_t paren = line.rfind(')');
+  return paren != std::string::npos && paren + 2 < line.size() ? line[paren + 2] : '?';
 }
 
 }  // namespace
@@ -173,12 +198,16 @@ LaunchResult launch_local(const LocalLaunchSpec& spec) {
   if (spec.nproc < 1) throw std::invalid_argument("--nproc must be >= 1");
   std::signal(SIGPIPE, SIG_IGN);  // the store we host writes to ranks that may be gone
   const auto start = Clock::now();
-  // The store lives here, like torchrun's agent store: no rank races for a port.
+  // The store lives here, like torchrun's agent store: no rank races for a
+  // port. It listens on loopback only: nothing off this machine can reach it.
+  const ListenSocket listener = listen_on("127.0.0.1", 0);
   c10d::TCPStoreOptions store_options;
-  store_options.port = 0;
+  store_options.port = listener.port;
   store_options.isServer = true;
   store_options.waitWorkers = false;
+  store_options.masterListenFd = listener.fd;
   c10d::TCPStore store("127.0.0.1", store_options);
+  if (spec.echo_output) log_info("hetpar: rendezvous store on {}:{} (loopback only)", listener.address, listener.port);
 
   struct sigaction sa {};
   sa.sa_handler = on_interrupt;
@@ -191,7 +220,7 @@ LaunchResult launch_local(const LocalLaunchSpec& spec) {
 
   LaunchResult result;
   std::vector<int> failure_order;  // ranks in the order their failure was seen
-  std::optional<Clock::time_point> kill_at, hard_kill_at;
+  std::optional<Clock::time_point> kill_at, hard_kill_at, first_own_failure_at;
   auto signal_all = [&](int sig) {
     for (auto& c : children) {
       if (!c.exited) {
@@ -220,13 +249,31 @@ LaunchResult launch_local(const LocalLaunchSpec& spec) {
         record_exit(c, status);
         if (failed(c.outcome)) {
           failure_order.push_back(c.outcome.rank);
-          if (!kill_at) kill_at = Clock::now() + spec.grace;
+          // A rank failing by itself: the others get the grace to notice.
+          // Only collectives failed: the peer they waited for may be hung,
+          // and the job must not wait a second timeout for it.
+          if (!secondary(c.outcome) && !first_own_failure_at) {
+            first_own_failure_at = Clock::now();
+            kill_at = *first_own_failure_at + spec.grace;
+          } else if (!kill_at) {
+            kill_at = Clock::now() + std::min<Clock::duration>(spec.grace, kUnresponsiveMargin);
+          }
         }
       }
     }
     const auto now = Clock::now();
     if (g_interrupted && !kill_at) kill_at = now;
     if (kill_at && now >= *kill_at && !hard_kill_at) {
+      // Only collectives failed so far: whoever is still running stopped
+      // answering. It gets SIGKILL at once; a stopped or hung rank cannot act on SIGTERM.
+      const bool only_collectives_failed = !g_interrupted && !failure_order.empty() && !first_own_failure_at;
+      for (auto& c : children) {
+        if (c.exited || !only_collectives_failed) continue;
+        c.outcome.unresponsive = true;
+        c.outcome.state_when_killed = process_state(c.pid);
+        kill(c.pid, SIGKILL);
+        c.outcome.killed_by_launcher = true;
+      }
       signal_all(SIGTERM);
       hard_kill_at = now + kKillAfterTerm;
     }
@@ -259,6 +306,18 @@ std::string describe_failure(const LaunchResult& r) {
   if (r.exit_code == 0) return "";
   if (r.first_failed < 0) return "the job was interrupted; every rank was stopped";
   const RankOutcome& first = r.ranks[r.first_failed];
+  if (first.unresponsive) {
+    std::string text = fmt::format(
+        "rank {} stopped answering: its peers' collectives timed out waiting for it, and it was still {} when "
+        "they had failed; the launcher killed it", first.rank,
+        first.state_when_killed == 'T' ? "stopped by a signal (process state T)" : "running (hung or too slow)");
+    for (const auto& o : r.ranks) {
+      if (o.rank != first.rank && failed(o) && !o.unresponsive) {
+        text += fmt::format("; rank {} exited with {}", o.rank, o.exit_code ? o.exit_code : 128 + o.signal);
+      }
+    }
+    return text;
+  }
   std::string text = first.signal
                          ? fmt::format("rank {} failed first: killed by signal {} ({})",
                                        first.rank, first.signal, strsignal(first.signal))

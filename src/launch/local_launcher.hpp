@@ -14,8 +14,10 @@ struct LocalLaunchSpec {
   std::vector<std::string> argv;  // argv[0]: the executable (a path)
   int nproc = 1;
   int intra_op_threads = 1;       // OMP_NUM_THREADS of each rank
-  // After the first rank fails, the others get this long to fail by
-  // themselves (their collectives error out or time out), then are killed.
+  // After the first rank fails by itself, the others get this long to fail
+  // by themselves (their collectives error out or time out), then are
+  // killed. After a collective failure they get at most 3 s: a rank still
+  // running then is the one the collective waited for.
   std::chrono::milliseconds grace{30'000};
   std::vector<std::pair<std::string, std::string>> env;  // extra variables
   bool echo_output = true;        // forward ranks' output to ours
@@ -26,6 +28,10 @@ struct RankOutcome {
   int exit_code = 0;               // meaningful when signal == 0
   int signal = 0;                  // the signal that ended it, or 0
   bool killed_by_launcher = false;
+  // Still running when every failure so far was a collective's (its peers
+  // timed out waiting for it): the rank that stopped answering.
+  bool unresponsive = false;
+  char state_when_killed = '?';    // its /proc state letter then ('T' = stopped)
   std::vector<std::string> last_stderr;  // its last few stderr lines
   std::string output;              // everything it printed (when echo_output is false)
 };

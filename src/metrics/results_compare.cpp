@@ -42,26 +42,26 @@ std::string value_text(std::optional<double> v) {
   return std::fabs(*v) >= 1000 ? printf_text("%.0f", *v) : printf_text("%.4g", *v);
 }
 
-// The "ok" records of one set by label, in first-seen order; counts what was left out.
+// The last record of each label in one set (a rerun appended to the same file
+// supersedes the earlier record), in first-seen order; counts what was left out.
 struct Side {
   std::vector<std::string> labels;
   std::map<std::string, const json*> by_label;
-  int not_ok = 0, unlabeled = 0, duplicates = 0;
+  int unlabeled = 0, duplicates = 0;
+  bool ok(const std::string& label) const {
+    const auto it = by_label.find(label);
+    return it != by_label.end() && string_field(*it->second, "status").value_or("") == "ok";
+  }
 };
 
 Side index_side(const std::vector<json>& records) {
   Side s;
   for (const json& r : records) {
-    if (string_field(r, "status").value_or("") != "ok") {
-      ++s.not_ok;
-      continue;
-    }
     const std::optional<std::string> label = string_field(r, "label");
     if (!label) {
       ++s.unlabeled;
       continue;
     }
-    // A rerun appended to the same file supersedes the earlier record.
     auto [it, inserted] = s.by_label.try_emplace(*label, &r);
     if (inserted) {
       s.labels.push_back(*label);
@@ -154,7 +154,13 @@ ResultsComparison compare_results(const std::vector<json>& old_records, const st
 
   std::vector<std::string> labels, verdicts;
   std::vector<MetricChange> tflops, tokens;
+  int not_ok_old = 0, recovered = 0;
   for (const std::string& label : olds.labels) {
+    if (!olds.ok(label)) {
+      ++not_ok_old;
+      recovered += news.ok(label);
+      continue;
+    }
     const auto it = news.by_label.find(label);
     if (it == news.by_label.end()) {
       result.only_old.push_back(label);
@@ -164,14 +170,22 @@ ResultsComparison compare_results(const std::vector<json>& old_records, const st
     const json& n = *it->second;
     MetricChange t = judge(number_field(o, "tflops_per_gpu"), number_field(n, "tflops_per_gpu"), threshold);
     MetricChange k = judge(number_field(o, "tokens_per_second"), number_field(n, "tokens_per_second"), threshold);
+    const bool old_had_figures = number_field(o, "tflops_per_gpu") || number_field(o, "tokens_per_second");
     std::string verdict = "ok";
-    if (t.fell || k.fell) {
+    if (!news.ok(label)) {
+      // A point that ran before and does not now is the worst regression of all.
+      verdict = "REGRESSED (now " + string_field(n, "status").value_or("without status") + ")";
+      ++result.regressions;
+    } else if (old_had_figures && !t.judged && !k.judged) {
+      verdict = "REGRESSED (no figures)";
+      ++result.regressions;
+    } else if (t.fell || k.fell) {
       verdict = "REGRESSED";
       ++result.regressions;
     } else if (t.rose || k.rose) {
       verdict = "improved";
     } else if (!t.judged && !k.judged) {
-      verdict = "n/a";  // neither metric present on both sides
+      verdict = "n/a";  // neither side has figures to judge
     }
     labels.push_back(label);
     verdicts.push_back(verdict);
@@ -179,7 +193,7 @@ ResultsComparison compare_results(const std::vector<json>& old_records, const st
     tokens.push_back(std::move(k));
   }
   for (const std::string& label : news.labels) {
-    if (!olds.by_label.contains(label)) result.only_new.push_back(label);
+    if (!olds.by_label.contains(label) && news.ok(label)) result.only_new.push_back(label);
   }
   result.matched = static_cast<int>(labels.size());
 
@@ -196,10 +210,9 @@ ResultsComparison compare_results(const std::vector<json>& old_records, const st
   for (const std::string& l : result.only_old) text += "only in OLD: " + l + '\n';
   for (const std::string& l : result.only_new) text += "only in NEW: " + l + '\n';
 
-  const int ignored = olds.not_ok + news.not_ok;
-  if (ignored > 0) {
-    text += printf_text("%d failed/invalid records ignored (%d in OLD, %d in NEW)\n", ignored, olds.not_ok,
-                        news.not_ok);
+  if (not_ok_old > 0) {
+    text += printf_text("%d points were not ok in OLD (failed, diverged or invalid): nothing to compare; %d of them "
+                        "are ok in NEW\n", not_ok_old, recovered);
   }
   if (olds.unlabeled + news.unlabeled > 0) {
     text += printf_text("%d ok records without a label ignored\n", olds.unlabeled + news.unlabeled);

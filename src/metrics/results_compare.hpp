@@ -11,12 +11,15 @@ namespace hetpar {
 struct ResultsComparison {
   std::string text;      // the table and notes, ready to print
   int regressions = 0;   // rows where a metric fell by more than the threshold
-  int matched = 0;       // labels with an "ok" record in both sets
+  int matched = 0;       // labels ok in OLD and present in NEW
   std::vector<std::string> only_old, only_new;  // "ok" labels present on one side only
 };
 
-// Records of status "ok" are matched across the sets by `label`; others are
-// ignored (and counted in the text). `threshold` is a fraction: 0.05 = 5%.
+// Records are matched across the sets by `label` (the last record of a label
+// wins). Each point "ok" in OLD is judged: a regression when NEW has it in
+// another status (failed, diverged, invalid), without figures, or with
+// TFLOPS/GPU or tokens/s down by more than `threshold` (a fraction: 0.05 =
+// 5%). Points not ok in OLD are counted in the text, not judged.
 ResultsComparison compare_results(const std::vector<nlohmann::json>& old_records,
                                   const std::vector<nlohmann::json>& new_records, double threshold);
 

@@ -5,8 +5,11 @@
 #include <charconv>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <stdexcept>
 #include <string_view>
+
+#include "util/durable_file.hpp"
 
 namespace hetpar {
 namespace {
@@ -15,8 +18,8 @@ using nlohmann::json;
 
 // The scalar fields of a result record, in the order a reader expects them:
 // identity first, then what ran, then the measurements, then provenance.
-constexpr std::array<std::string_view, 35> kScalarColumns = {
-    "run_id", "role", "baseline_id", "status", "error", "label",
+constexpr std::array<std::string_view, 36> kScalarColumns = {
+    "run_id", "role", "baseline_id", "status", "error", "diverged_step", "label",
     "placement", "layout_encoder", "layout_llm", "encoder_name", "world_size",
     "flops_per_step", "step_seconds_median", "step_seconds_p10", "step_seconds_p90",
     "tflops_per_gpu", "mfu", "tokens_per_second", "image_tokens_per_second", "samples_per_second",
@@ -76,21 +79,33 @@ std::vector<std::string> keys_of(const std::vector<json>& records, const char* f
 
 }  // namespace
 
-std::vector<json> read_results(const std::string& path_or_dir) {
+std::vector<json> read_results(const std::string& path_or_dir, bool* torn_tail) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const std::string path =
       fs::is_directory(path_or_dir, ec) ? (fs::path(path_or_dir) / "results.jsonl").string() : path_or_dir;
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error("cannot open results file " + path);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (torn_tail) *torn_tail = false;
   std::vector<json> records;
-  std::string line;
-  for (int number = 1; std::getline(in, line); ++number) {
+  size_t at = 0;
+  for (int number = 1; at < text.size(); ++number) {
+    const size_t end = std::min(text.find('\n', at), text.size());
+    const std::string line = text.substr(at, end - at);
+    const bool last_unterminated = end == text.size();
+    at = end + 1;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     json record;
     try {
       record = json::parse(line);
     } catch (const json::parse_error& e) {
+      // A write cut short by a crash leaves an unterminated last line: that
+      // record never finished, so it is not there.
+      if (last_unterminated && torn_tail) {
+        *torn_tail = true;
+        break;
+      }
       throw std::runtime_error(path + ":" + std::to_string(number) + ": not valid JSON (" + e.what() + ")");
     }
     if (!record.is_object()) {
@@ -133,10 +148,7 @@ std::string results_csv_text(const std::vector<json>& records) {
 }
 
 void write_results_csv(const std::vector<json>& records, const std::string& path) {
-  std::ofstream out(path, std::ios::binary);
-  if (!out) throw std::runtime_error("cannot write CSV file " + path);
-  out << results_csv_text(records);
-  if (!out.flush()) throw std::runtime_error("failed writing CSV file " + path);
+  write_file_atomic(path, results_csv_text(records));
 }
 
 }  // namespace hetpar

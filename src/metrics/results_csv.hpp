@@ -10,7 +10,9 @@ namespace hetpar {
 // Every record of results.jsonl, in file order. `path_or_dir` is the file or a
 // directory holding it. Blank lines are skipped; a missing file, a line that is
 // not JSON or not an object throws std::runtime_error naming the file (and line).
-std::vector<nlohmann::json> read_results(const std::string& path_or_dir);
+// With `torn_tail`, an unterminated last line that is not JSON (a write cut
+// short by a crash) is skipped instead, and *torn_tail says so.
+std::vector<nlohmann::json> read_results(const std::string& path_or_dir, bool* torn_tail = nullptr);
 
 // The CSV columns: the fixed scalar fields, then `axis.<name>` and `phase.<name>`
 // for every axis and phase seen in any record, in first-seen order (within one
@@ -20,7 +22,7 @@ std::vector<std::string> results_csv_header(const std::vector<nlohmann::json>& r
 // The whole CSV (header line, then one line per record, each ending in '\n').
 std::string results_csv_text(const std::vector<nlohmann::json>& records);
 
-// results_csv_text written to `path`; throws std::runtime_error when it cannot be written.
+// results_csv_text written atomically to `path`; throws FileError when it cannot be written.
 void write_results_csv(const std::vector<nlohmann::json>& records, const std::string& path);
 
 }  // namespace hetpar

@@ -52,11 +52,26 @@ nlohmann::json summarize_steps(const std::vector<nlohmann::json>& steps, int64_t
   return out;
 }
 
+bool is_diverged(const nlohmann::json& step) {
+  const auto it = step.find("diverged");
+  return it != step.end() && it->is_boolean() && it->get<bool>();
+}
+
+std::optional<int64_t> diverged_step(const std::vector<nlohmann::json>& steps) {
+  for (const nlohmann::json& s : steps) {
+    if (is_diverged(s)) return s.at("step").get<int64_t>();
+  }
+  return std::nullopt;
+}
+
 LossCurveDifference loss_curve_difference(const std::vector<nlohmann::json>& a, const std::vector<nlohmann::json>& b) {
   std::map<int64_t, double> losses_a;
-  for (const nlohmann::json& s : a) losses_a[s.at("step").get<int64_t>()] = s.at("loss").get<double>();
+  for (const nlohmann::json& s : a) {
+    if (!is_diverged(s)) losses_a[s.at("step").get<int64_t>()] = s.at("loss").get<double>();
+  }
   LossCurveDifference d;
   for (const nlohmann::json& s : b) {
+    if (is_diverged(s)) continue;
     const auto it = losses_a.find(s.at("step").get<int64_t>());
     if (it == losses_a.end()) continue;
     const double loss_b = s.at("loss").get<double>();
@@ -80,7 +95,7 @@ std::vector<nlohmann::json> read_steps(const std::string& run) {
     try {
       steps.push_back(nlohmann::json::parse(line));
       steps.back().at("step").get<int64_t>();
-      steps.back().at("loss").get<double>();
+      if (!is_diverged(steps.back())) steps.back().at("loss").get<double>();
     } catch (const std::exception& e) {
       throw std::runtime_error(path + ":" + std::to_string(line_number) + ": not a step record with step and loss: " +
                                e.what());

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace hetpar {
@@ -21,7 +22,13 @@ double quantile(std::vector<double> values, double q);
 // shorter than that (timed_steps says which).
 nlohmann::json summarize_steps(const std::vector<nlohmann::json>& steps, int64_t warmup_steps);
 
-// Step-by-step loss parity of two runs' steps (b is the reference).
+// A run that diverged writes its last step with "diverged": true and the
+// loss as null (JSON has no NaN). The first such step, if any.
+bool is_diverged(const nlohmann::json& step);
+std::optional<int64_t> diverged_step(const std::vector<nlohmann::json>& steps);
+
+// Step-by-step loss parity of two runs' steps (b is the reference), over the
+// steps both ran with a finite loss.
 struct LossCurveDifference {
   int64_t compared = 0;  // steps present in both
   double max_abs = 0, max_rel = 0;
@@ -29,7 +36,8 @@ struct LossCurveDifference {
 };
 LossCurveDifference loss_curve_difference(const std::vector<nlohmann::json>& a, const std::vector<nlohmann::json>& b);
 
-// The records of a run's steps.jsonl (a run directory or the file itself).
+// The records of a run's steps.jsonl (a run directory or the file itself):
+// each has a step and a numeric loss, or is a diverged step.
 // Throws std::runtime_error naming the file (and line) when it cannot.
 std::vector<nlohmann::json> read_steps(const std::string& run);
 

@@ -2,8 +2,9 @@
 
 #include <fmt/format.h>
 
-#include <fstream>
 #include <map>
+
+#include "util/durable_file.hpp"
 
 namespace hetpar {
 namespace {
@@ -69,11 +70,18 @@ SweepVerdict sweep_report(const std::vector<Json>& records, const SweepSpec& spe
   for (const Json& r : records) {
     const std::string status = r.value("status", "");
     if (status == "ok") ok_runs.push_back(&r);
-    if (status == "failed") ++failed, failures += fmt::format("- {} ({}): failed\n", r.value("run_id", ""), r.value("label", ""));
-    if (status == "invalid") ++invalid, failures += fmt::format("- {} ({}): invalid: {}\n", r.value("run_id", ""), r.value("label", ""), r.value("error", ""));
+    if (status == "invalid") {
+      ++invalid;
+      failures += fmt::format("- {} ({}): invalid: {}\n", r.value("run_id", ""), r.value("label", ""), r.value("error", ""));
+    } else if (status != "ok") {  // failed, diverged: outcomes without figures
+      ++failed;
+      const std::string error = r.value("error", "");
+      failures += fmt::format("- {} ({}): {}: {}\n", r.value("run_id", ""), r.value("label", ""), status,
+                              error.substr(0, error.find('\n')));
+    }
   }
-  std::string text = fmt::format("# Sweep {}: {} of {} runs ok, {} failed, {} invalid\n\n", spec.name, ok_runs.size(),
-                                 records.size(), failed, invalid);
+  std::string text = fmt::format("# Sweep {}: {} of {} runs ok, {} failed or diverged, {} invalid\n\n", spec.name,
+                                 ok_runs.size(), records.size(), failed, invalid);
   if (!ok_runs.empty()) {
     const Json& first = *ok_runs.front();
     text += fmt::format("device: {} | backend {} | commit {} | torch {} | ranks per core {}\n\n",
@@ -110,7 +118,7 @@ SweepVerdict sweep_report(const std::vector<Json>& records, const SweepSpec& spe
 
 SweepVerdict write_sweep_report(const std::vector<Json>& records, const SweepSpec& spec, const std::string& path) {
   SweepVerdict verdict = sweep_report(records, spec);
-  std::ofstream(path) << verdict.text;
+  write_file_atomic(path, verdict.text);
   return verdict;
 }
 

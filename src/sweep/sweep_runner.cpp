@@ -12,12 +12,16 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <thread>
 
 #include "metrics/results_csv.hpp"
 #include "metrics/run_summary.hpp"
+#include "sweep/sweep_dir.hpp"
 #include "sweep/sweep_report.hpp"
+#include "sweep/sweep_resume.hpp"
+#include "util/durable_file.hpp"
 #include "util/exit_codes.hpp"
 #include "util/log.hpp"
 
@@ -41,7 +45,12 @@ ChildOutcome run_child(const std::vector<std::string>& argv, const std::string& 
   if (pid == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) dup2(fd, STDOUT_FILENO), dup2(fd, STDERR_FILENO);
+    if (fd < 0) {
+      const char msg[] = "hetpar sweep: cannot create the run's log file\n";
+      (void)!write(STDERR_FILENO, msg, sizeof msg - 1);
+      _exit(126);
+    }
+    dup2(fd, STDOUT_FILENO), dup2(fd, STDERR_FILENO);
     std::vector<char*> args;
     for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
@@ -88,6 +97,13 @@ std::string failure_reason(const ChildOutcome& o, const std::string& log) {
                      o.signal ? fmt::format(" (signal {})", o.signal) : "", tail);
 }
 
+// One word for sh, whatever `text` holds (a quote in a path must not end the word).
+std::string shell_quoted(const std::string& text) {
+  std::string out = "'";
+  for (const char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
 // `hetpar train` of one run, on the local launcher or the given launch prefix.
 std::vector<std::string> train_command(const SweepOptions& options, const SweepRun& run, const std::string& dir) {
   if (options.launch.empty()) {
@@ -97,7 +113,8 @@ std::vector<std::string> train_command(const SweepOptions& options, const SweepR
   for (size_t at; (at = prefix.find("{ranks}")) != std::string::npos;) {
     prefix.replace(at, 7, std::to_string(run.world_size));
   }
-  return {"/bin/sh", "-c", fmt::format("exec {} '{}' train '{}/run.toml' --out '{}'", prefix, options.hetpar_binary, dir, dir)};
+  return {"/bin/sh", "-c", fmt::format("exec {} {} train {} --out {}", prefix, shell_quoted(options.hetpar_binary),
+                                       shell_quoted(dir + "/run.toml"), shell_quoted(dir))};
 }
 
 nlohmann::json base_record(const SweepRun& run) {
@@ -128,6 +145,41 @@ void compare_with_baseline(nlohmann::json& point, const nlohmann::json& baseline
   point["loss_parity_ok"] = d.compared > 0 && d.max_rel <= rtol;
 }
 
+std::string file_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw FileError("cannot read " + path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// The run's outcome into its record: "ok" with its summary's figures,
+// "diverged" at the step its summary names, else "failed" with the reason.
+void record_outcome(nlohmann::json& record, const ChildOutcome& outcome, const std::string& dir) {
+  const bool finished = !outcome.timed_out && outcome.signal == 0 &&
+                        (outcome.exit_code == 0 || outcome.exit_code == kExitDiverged);
+  nlohmann::json summary;
+  if (finished) {
+    try {
+      summary = nlohmann::json::parse(file_text(dir + "/summary.json"));
+    } catch (const std::exception& e) {
+      record["status"] = "failed";
+      record["error"] = std::string("the run ended but its summary.json is unreadable: ") + e.what();
+      return;
+    }
+    for (auto& [key, value] : summary.items()) {
+      if (!record.contains(key)) record[key] = value;
+    }
+  }
+  if (finished && outcome.exit_code == 0 && summary.value("status", "ok") == "ok") {
+    record["status"] = "ok";
+  } else if (finished && summary.value("status", "") == "diverged") {
+    record["status"] = "diverged";
+    record["error"] = fmt::format("the loss diverged at step {}", summary.value("diverged_step", int64_t{0}));
+  } else {
+    record["status"] = "failed";
+    record["error"] = failure_reason(outcome, dir + "/train.log");
+  }
+}
+
 std::string duration_text(double seconds) {
   const int s = static_cast<int>(seconds + 0.5);
   return s >= 60 ? fmt::format("{}m{:02}s", s / 60, s % 60) : fmt::format("{}s", s);
@@ -139,34 +191,18 @@ std::string progress_bar(size_t done, size_t total) {
   return "[" + std::string(filled, '#') + std::string(kWidth - filled, '.') + "]";
 }
 
-// Earlier results in out_dir, by run id; a run whose config changed since is
-// an error (its old figures would be mixed with new ones).
-std::map<std::string, nlohmann::json> earlier_results(const std::string& path, const std::vector<SweepRun>& runs) {
-  std::map<std::string, nlohmann::json> done;
-  if (!fs::exists(path)) return done;
-  std::map<std::string, const SweepRun*> by_id;
-  for (const SweepRun& r : runs) by_id[r.id] = &r;
-  for (nlohmann::json& record : read_results(path)) {
-    const std::string id = record.value("run_id", "");
-    const auto it = by_id.find(id);
-    if (it == by_id.end() || record.value("config_hash", "") != it->second->config_hash) {
-      die(kExitConfigError, fmt::format("{} holds results of another sweep definition (run {} differs); use "
-                                        "--fresh to start over or another --out", path, id));
-    }
-    if (record.value("status", "") != "invalid") done[id] = std::move(record);
-  }
-  return done;
-}
-
 }  // namespace
 
 int run_sweep(const SweepSpec& spec, const std::vector<SweepRun>& runs, const SweepOptions& options) {
+  const SweepDir sweep_dir(options.out_dir, options.fresh);  // ours alone until we return
   const std::string results_path = options.out_dir + "/results.jsonl";
-  if (options.fresh && fs::exists(options.out_dir)) fs::remove_all(options.out_dir);
-  fs::create_directories(options.out_dir + "/runs");
-  fs::copy_file(spec.file, options.out_dir + "/sweep.toml", fs::copy_options::overwrite_existing);
-  std::map<std::string, nlohmann::json> done = earlier_results(results_path, runs);
-  std::ofstream results(results_path, std::ios::app);
+  ensure_writable_dir(options.out_dir + "/runs");
+  write_file_atomic(options.out_dir + "/sweep.toml", file_text(spec.file));
+  const ResumeState resumed = resume_results(results_path, runs, options.retry_failed);
+  std::map<std::string, nlohmann::json> done = resumed.done;
+  AppendFile results(results_path, false);
+  if (resumed.dropped_torn) log_error("warning: dropped the unfinished last record of {} (a crash mid-write)", results_path);
+  if (resumed.dropped_retry) log_info("--retry-failed: running {} failed runs again", resumed.dropped_retry);
 
   size_t to_run = 0;
   for (const SweepRun& r : runs) to_run += r.config && !done.count(r.id);
@@ -179,7 +215,7 @@ int run_sweep(const SweepSpec& spec, const std::vector<SweepRun>& runs, const Sw
     if (!run.config) {
       record["status"] = "invalid";
       record["error"] = run.invalid_reason;
-      results << record.dump() << "\n" << std::flush;
+      results.append_line(record.dump());
       continue;
     }
     const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
@@ -187,29 +223,21 @@ int run_sweep(const SweepSpec& spec, const std::vector<SweepRun>& runs, const Sw
     log_info("{} {}/{} runs | elapsed {} | eta {} | now {} ({}, {} ranks)", progress_bar(ran, to_run), ran, to_run,
              duration_text(elapsed), eta, run.id, run.label, run.world_size);
     const std::string dir = options.out_dir + "/runs/" + run.id;
-    fs::create_directories(dir);
-    std::ofstream(dir + "/run.toml") << to_toml(*run.config);
+    ensure_writable_dir(dir);
+    write_file_atomic(dir + "/run.toml", to_toml(*run.config));
     const ChildOutcome outcome = run_child(train_command(options, run, dir), dir + "/train.log", options.run_timeout_s);
     ++ran;
     record["run_dir"] = "runs/" + run.id;
-    const bool ok = !outcome.timed_out && outcome.signal == 0 && outcome.exit_code == 0 &&
-                    fs::exists(dir + "/summary.json");
-    if (ok) {
-      std::ifstream in(dir + "/summary.json");
-      nlohmann::json summary = nlohmann::json::parse(in);
-      for (auto& [key, value] : summary.items()) {
-        if (!record.contains(key)) record[key] = value;
-      }
-      record["status"] = "ok";
-    } else {
-      record["status"] = "failed";
-      record["error"] = failure_reason(outcome, dir + "/train.log");
-      log_error("run {} ({}) failed: {}", run.id, run.label, record["error"].get<std::string>());
+    record_outcome(record, outcome, dir);
+    if (record["status"] != "ok") {
+      log_error("run {} ({}) {}: {}", run.id, run.label, record["status"].get<std::string>(),
+                record["error"].get<std::string>());
     }
-    if (!run.is_baseline && ok && done.count(run.baseline_id) && done[run.baseline_id]["status"] == "ok") {
+    if (!run.is_baseline && record["status"] == "ok" && done.count(run.baseline_id) &&
+        done[run.baseline_id]["status"] == "ok") {
       compare_with_baseline(record, done[run.baseline_id], options.out_dir, spec.loss_rtol);
     }
-    results << record.dump() << "\n" << std::flush;
+    results.append_line(record.dump());
     done[run.id] = record;
   }
   log_info("{} {}/{} runs | elapsed {}", progress_bar(ran, to_run), ran, to_run,

@@ -21,12 +21,15 @@ struct SweepOptions {
   // else a command prefix with {ranks}, e.g. "srun -n {ranks}" or
   // "torchrun --nproc-per-node {ranks} --no-python", run through sh.
   std::string launch;
-  bool fresh = false;           // ignore (and replace) earlier results in out_dir
+  bool fresh = false;           // empty out_dir (a sweep directory hetpar made) and start over
+  bool retry_failed = false;    // run again the runs whose earlier outcome was not "ok"
   double run_timeout_s = 3600;  // wall-clock limit of one run
 };
 
 // Returns 0 when every valid run succeeded and every point held the loss
-// tolerance, 1 otherwise (results are written either way).
+// tolerance, 1 otherwise (results are written either way). Throws
+// SweepDirError when out_dir cannot be used, FileError when a result cannot
+// be written, std::runtime_error when out_dir holds another sweep's results.
 int run_sweep(const SweepSpec& spec, const std::vector<SweepRun>& runs, const SweepOptions& options);
 
 }  // namespace hetpar

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "config/toml_document.hpp"
+#include "util/plain_name.hpp"
 
 namespace hetpar {
 namespace {
@@ -95,6 +96,8 @@ SweepSpec load_sweep_spec(const std::string& file) {
   spec.file = file;
   const toml::table& sweep = table_at(root.get("sweep"), file, "sweep");
   spec.name = string_at(sweep, "name", file, "sweep");
+  // The name becomes results/sweeps/<name>, which --fresh empties: one plain component.
+  if (const std::string why = plain_name_problem(spec.name); !why.empty()) throw ConfigError(file, "sweep.name", why);
   const std::string base = string_at(sweep, "base", file, "sweep");
   spec.base = (std::filesystem::path(file).parent_path() / base).lexically_normal().string();
   if (!std::filesystem::exists(spec.base)) throw ConfigError(file, "sweep.base", "no such run file: " + spec.base);

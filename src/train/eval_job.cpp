@@ -1,6 +1,7 @@
 #include "train/eval_job.hpp"
 
 #include <ATen/ATen.h>
+#include <fmt/ranges.h>
 
 #include "dist/module_groups.hpp"
 #include "interop/hf_llava.hpp"
@@ -29,10 +30,33 @@ MicroBatch read_hf_batch(const std::string& path, const RunConfig& c) {
     throw std::runtime_error(fmt::format("{}: sequences of {} tokens exceed llm.seq_len = {}", path, b.ids.size(1),
                                          c.llm.seq_len));
   }
+  // Out-of-range ids would index past the embedding or score a loss against
+  // no class: a number that looks right and is not.
+  auto check_range = [&](const at::Tensor& t, const char* name, bool ignore_allowed) {
+    const at::Tensor bad = ignore_allowed ? (t != -100) & ((t < 0) | (t >= c.llm.vocab_size))
+                                          : (t < 0) | (t >= c.llm.vocab_size);
+    if (bad.any().item<bool>()) {
+      const int64_t first = at::nonzero(bad.flatten())[0][0].item<int64_t>();
+      throw std::runtime_error(fmt::format("{}: {} holds {} at position {}, outside the vocabulary [0, {}){}", path,
+                                           name, t.flatten()[first].item<int64_t>(), first, c.llm.vocab_size,
+                                           ignore_allowed ? " (and not -100, the ignored label)" : ""));
+    }
+  };
+  check_range(b.ids, "input_ids", false);
+  check_range(labels, "labels", true);
   // transformers shifts inside the loss; hetpar's targets are pre-shifted.
   b.targets = at::full_like(labels, -100);
   b.targets.narrow(1, 0, labels.size(1) - 1).copy_(labels.narrow(1, 1, labels.size(1) - 1));
+  if ((b.targets >= 0).sum().item<int64_t>() == 0) {
+    throw std::runtime_error(path + ": no target token (every label after the first position is -100): "
+                             "the loss of such a batch is undefined");
+  }
   b.image_mask = b.ids == kImageToken;
+  const std::vector<int64_t> image_shape{c.encoder.channels, c.encoder.image_size, c.encoder.image_size};
+  if (b.pixels.dim() != 4 || b.pixels.sizes().slice(1).vec() != image_shape) {
+    throw std::runtime_error(fmt::format("{}: pixel_values has shape [{}], expected [images, {}]", path,
+                                         fmt::join(b.pixels.sizes(), ", "), fmt::join(image_shape, ", ")));
+  }
   b.images = b.pixels.size(0);
   const int64_t placeholders = b.image_mask.sum().item<int64_t>();
   if (placeholders != b.images * c.encoder.tokens_per_image()) {

@@ -1,5 +1,7 @@
 #include "train/run_metrics.hpp"
 
+#include <limits>
+
 #include <fmt/format.h>
 
 #include <thread>
@@ -57,9 +59,13 @@ nlohmann::json RunMetrics::step_line(const StepInputs& in, const StepReport& rep
 }
 
 std::string RunMetrics::step_text(const nlohmann::json& l) const {
+  // A diverged step's loss or norm is null in JSON (no NaN there): print it as nan.
+  auto number = [&](const char* key) {
+    return l[key].is_number() ? l[key].get<double>() : std::numeric_limits<double>::quiet_NaN();
+  };
   return fmt::format("step {:>4} | loss {:.4f} | grad norm {:.3f} | lr {:.2e} | {:7.1f} ms | {:.3f} TFLOPS/rank | "
                      "MFU {:4.1f}% | {:.0f} tokens/s | {:.0f} MiB",
-                     l["step"].get<int64_t>(), l["loss"].get<double>(), l["grad_norm"].get<double>(),
+                     l["step"].get<int64_t>(), number("loss"), number("grad_norm"),
                      l["lr"].get<double>(), l["step_seconds"].get<double>() * 1e3, l["tflops_per_gpu"].get<double>(),
                      100 * l["mfu"].get<double>(), l["tokens_per_second"].get<double>(),
                      l["peak_memory_mib"].get<double>());

@@ -7,9 +7,9 @@
 #include <torch/optim/adamw.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 
 #include "data/synthetic_data.hpp"
 #include "dist/module_groups.hpp"
@@ -22,6 +22,7 @@
 #include "train/step_schedule.hpp"
 #include "train/grad_sync.hpp"
 #include "train/multimodal_model.hpp"
+#include "util/durable_file.hpp"
 #include "util/exit_codes.hpp"
 #include "util/log.hpp"
 
@@ -56,6 +57,16 @@ torch::optim::AdamW make_optimizer(const std::vector<at::Tensor>& params, const 
   return torch::optim::AdamW(std::move(groups), options);
 }
 
+// The run's summary.json: its metadata, the steps it ran, medians after the warm-up.
+void finish_summary(nlohmann::json& summary, const std::vector<nlohmann::json>& step_lines, const RunConfig& config,
+                    const std::string& out_dir) {
+  summary["steps"] = static_cast<int64_t>(step_lines.size());
+  summary["first_loss"] = step_lines.front()["loss"];
+  summary["last_loss"] = step_lines.back()["loss"];
+  summary.update(summarize_steps(step_lines, config.run.timing_warmup_steps));
+  write_file_atomic(out_dir + "/summary.json", summary.dump(2) + "\n");
+}
+
 void set_learning_rate(torch::optim::AdamW& optimizer, double lr) {
   for (auto& group : optimizer.param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
 }
@@ -87,11 +98,11 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
   const int64_t micro_batches = samples_per_rank / config.data.micro_batch_size;
   RunMetrics metrics(config, runtime, data);
 
-  std::ofstream steps_file;
+  AppendFile steps_file;
   if (leader) {
-    std::filesystem::create_directories(out_dir);
-    std::ofstream(out_dir + "/config.toml") << to_toml(config);
-    steps_file.open(out_dir + "/steps.jsonl");
+    ensure_writable_dir(out_dir);
+    write_file_atomic(out_dir + "/config.toml", to_toml(config));
+    steps_file = AppendFile(out_dir + "/steps.jsonl", /*truncate=*/true);
     log_info("resolved run configuration:\n{}", to_toml(config));
     int64_t count = 0;
     for (const at::Tensor& p : params) count += p.numel();
@@ -133,11 +144,25 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
     }
     const StepReport report = gather_step_report(runtime.world(), local_loss, timer.take());
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    // Every rank holds the same loss (gathered) and norm (all-reduced), so all stop together.
+    const bool diverged = !std::isfinite(report.loss) || !std::isfinite(grad_norm);
     if (leader) {
-      const nlohmann::json line = metrics.step_line({step, report.loss, grad_norm, lr, seconds}, report);
-      steps_file << line.dump() << "\n" << std::flush;
+      nlohmann::json line = metrics.step_line({step, report.loss, grad_norm, lr, seconds}, report);
+      if (diverged) line["diverged"] = true;  // JSON has no NaN: the loss is written as null
+      steps_file.append_line(line.dump());
       log_info("{}", metrics.step_text(line));
       step_lines.push_back(line);
+    }
+    if (diverged) {
+      if (leader) {
+        summary["status"] = "diverged";
+        summary["diverged_step"] = step;
+        finish_summary(summary, step_lines, config, out_dir);
+        log_error("error: the loss diverged at step {} (loss {}, gradient norm {}); the run stops here. "
+                  "Its steps and summary record it; try a lower optim.lr or optim.grad_clip > 0",
+                  step, report.loss, grad_norm);
+      }
+      return kExitDiverged;
     }
   }
   if (!outputs.save_hf.empty()) {
@@ -145,15 +170,12 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
     if (leader) log_info("wrote a transformers LLaVA model to {}/", outputs.save_hf);
   }
   if (leader) {
-    summary["steps"] = config.run.steps;
-    summary["first_loss"] = step_lines.front()["loss"];
-    summary["last_loss"] = step_lines.back()["loss"];
-    summary.update(summarize_steps(step_lines, config.run.timing_warmup_steps));
+    summary["status"] = "ok";
+    finish_summary(summary, step_lines, config, out_dir);
     log_info("median over {} steps after {} warm-up: {:.1f} ms/step, {:.4f} TFLOPS/rank, MFU {:.1f}%, {:.0f} "
              "tokens/s", summary["timed_steps"].get<int64_t>(), summary["warmup_steps"].get<int64_t>(),
              summary["step_seconds_median"].get<double>() * 1e3, summary["tflops_per_gpu"].get<double>(),
              100 * summary["mfu"].get<double>(), summary["tokens_per_second"].get<double>());
-    std::ofstream(out_dir + "/summary.json") << summary.dump(2) << "\n";
     log_info("done: {} steps, results in {}/", config.run.steps, out_dir);
   }
   return 0;

@@ -1,11 +1,15 @@
 #include "util/log.hpp"
 
 #include "dist/group.hpp"
+
+#include <c10/util/Exception.h>
+#include <c10/util/Logging.h>
 #include "util/exit_codes.hpp"
 
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
 
 namespace hetpar {
@@ -34,9 +38,19 @@ void die(int code, const std::string& message) {
   _exit(code);
 }
 
+void quiet_torch_logging() {
+  const char* level = std::getenv("TORCH_CPP_LOG_LEVEL");
+  if (level == nullptr || *level == '\0') FLAGS_caffe2_log_level = c10::GLOG_FATAL;
+}
+
+std::string error_message(const std::exception& error) {
+  if (const auto* torch_error = dynamic_cast<const c10::Error*>(&error)) return torch_error->what_without_backtrace();
+  return error.what();
+}
+
 void die_of(const std::exception& error) {
   const bool collective = dynamic_cast<const CollectiveError*>(&error) != nullptr;
-  die(collective ? kExitCollectiveError : kExitError, error.what());
+  die(collective ? kExitCollectiveError : kExitError, error_message(error));
 }
 
 }  // namespace hetpar

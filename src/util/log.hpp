@@ -25,6 +25,15 @@ void log_error(fmt::format_string<Args...> f, Args&&... args) {
   log_error_line(fmt::format(f, std::forward<Args>(args)...));
 }
 
+// torch's own log lines (c10d's connection retries, each with a C++
+// backtrace) are hidden unless TORCH_CPP_LOG_LEVEL asks for them: hetpar
+// reports every failure itself, in one line. Called first thing in main().
+void quiet_torch_logging();
+
+// An exception's message for a user: torch's own errors carry a C++
+// backtrace of tens of frames in what(); this is the message without it.
+std::string error_message(const std::exception& error);
+
 // Prints the error and ends the process at once with `code`. Skips static
 // destructors on purpose: a process group whose peer died can block in its
 // destructor, and a rank that hangs instead of exiting is the worst outcome.

@@ -103,3 +103,33 @@ def test_a_missing_batch_file_exits_two(model_dir):
     done = hetpar("eval", RUN, "--init-hf", str(model_dir), "--batch", "/nonexistent/batch.safetensors")
     assert done.returncode == 2
     assert "/nonexistent/batch.safetensors" in done.stderr
+
+
+def broken_batch(batch, tmp_path, **changes):
+    tensors = load_file(str(batch))
+    for name, edit in changes.items():
+        tensors[name] = edit(tensors[name].clone())
+    path = tmp_path / "broken_batch.safetensors"
+    save_file(tensors, str(path))
+    return path
+
+
+def set_at(position, value):
+    def edit(t):
+        t[position] = value
+        return t
+    return edit
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"input_ids": set_at((1, 50), 512)}, "input_ids holds 512 at position 114, outside the vocabulary [0, 512)"),
+    ({"input_ids": set_at((0, 5), -3)}, "input_ids holds -3"),
+    ({"labels": set_at((0, 40), 9999)}, "labels holds 9999 at position 40, outside the vocabulary [0, 512) (and not -100"),
+    ({"labels": lambda t: torch.full_like(t, -100)}, "no target token"),
+    ({"pixel_values": lambda t: t[:, :, :16, :16].contiguous()}, "pixel_values has shape [3, 3, 16, 16], expected [images, 3, 32, 32]"),
+])
+def test_a_batch_the_model_cannot_score_exits_two_before_any_rank_starts(model_dir, batch, tmp_path, changes, message):
+    done = hetpar("eval", RUN, "--init-hf", str(model_dir), "--batch", str(broken_batch(batch, tmp_path, **changes)))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert message in done.stderr, done.stderr
+    assert "launching" not in done.stdout
