@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "tests/dist_harness.hpp"
 
@@ -96,6 +97,22 @@ TEST(Cli, LocalRunWritesResults) {
   EXPECT_EQ(lines, 3);
   EXPECT_TRUE(std::filesystem::exists(dir + "/summary.json"));
   EXPECT_TRUE(std::filesystem::exists(dir + "/config.toml"));
+}
+
+// runtime.profile_step: every rank writes the step's op-level trace and table.
+TEST(Cli, ProfileStepWritesAnOpTablePerRank) {
+  const std::string dir = ::testing::TempDir() + "/cli_profile_" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  const auto [code, out] = run_command(kHetpar + " train " + kQuickstart + " --set run.steps=3 --set runtime.profile_step=2 --out " + dir);
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_TRUE(contains(out, "op profile of step 2 on rank 0")) << out;
+  for (int rank : {0, 1}) {
+    std::ifstream table(dir + "/profile_rank" + std::to_string(rank) + ".txt");
+    const std::string text((std::istreambuf_iterator<char>(table)), std::istreambuf_iterator<char>());
+    EXPECT_TRUE(contains(text, "aten::mm")) << text;
+    EXPECT_TRUE(contains(text, "self ms")) << text;
+    EXPECT_GT(std::filesystem::file_size(dir + "/profile_rank" + std::to_string(rank) + ".json"), 1000u);
+  }
 }
 
 // `compare`: within tolerance -> 0, past it -> 1, unreadable -> 2.

@@ -70,6 +70,7 @@ struct RuntimeConfig {
   std::string backend = "auto";   // "auto" (nccl with a GPU, else gloo), "gloo", "nccl"
   double timeout_s = 60.0;        // per collective call and for rendezvous
   int64_t intra_op_threads = 1;   // torch intra-op threads per rank
+  int64_t profile_step = 0;       // record an op-level profile of this step (0: none)
 };
 
 struct RunConfig {

@@ -225,6 +225,8 @@ std::vector<SchemaKey> build_schema() {
       runtime.key<&RuntimeConfig::backend>("backend", one_of({"auto", "gloo", "nccl"}), "process-group backend; auto: nccl with a GPU, else gloo"),
       runtime.key<&RuntimeConfig::timeout_s>("timeout_s", positive_finite(), "seconds a collective or the rendezvous may take"),
       runtime.key<&RuntimeConfig::intra_op_threads>("intra_op_threads", at_least(1), "torch intra-op threads per rank"),
+      runtime.key<&RuntimeConfig::profile_step>("profile_step", at_least(0),
+          "record an op-level profile of this step on every rank (OUT/profile_rank<R>.json and .txt); 0 = none"),
   });
   // clang-format on
   return keys;

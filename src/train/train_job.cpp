@@ -10,12 +10,14 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 
 #include "data/synthetic_data.hpp"
 #include "dist/module_groups.hpp"
 #include "dist/runtime.hpp"
 #include "interop/hf_llava.hpp"
 #include "train/job_setup.hpp"
+#include "metrics/op_profile.hpp"
 #include "metrics/run_summary.hpp"
 #include "train/run_metrics.hpp"
 #include "train/step_report.hpp"
@@ -123,6 +125,8 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
   PhaseTimer timer;
   for (int64_t step = 1; step <= config.run.steps; ++step) {
     maybe_inject_fault(runtime.rank(), step);
+    std::optional<OpProfile> profile;
+    if (step == config.runtime.profile_step) profile.emplace();
     const auto t0 = Clock::now();
     const double lr = learning_rate(config.optim, step, config.run.steps);
     set_learning_rate(optimizer, lr);
@@ -144,6 +148,11 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
     }
     const StepReport report = gather_step_report(runtime.world(), local_loss, timer.take());
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (profile) {
+      ensure_writable_dir(out_dir);
+      const std::string top = profile->finish(fmt::format("{}/profile_rank{}", out_dir, runtime.rank()));
+      if (leader) log_info("op profile of step {} on rank 0, by self time (all ranks: {}/profile_rank*.txt):\n{}", step, out_dir, top);
+    }
     // Every rank holds the same loss (gathered) and norm (all-reduced), so all stop together.
     const bool diverged = !std::isfinite(report.loss) || !std::isfinite(grad_norm);
     if (leader) {
