@@ -21,7 +21,7 @@ SANITIZER_ENV := ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:strict_string_check
   LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitizers/lsan.supp:print_suppressions=0 \
   UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:suppressions=$(CURDIR)/tests/sanitizers/ubsan.supp
 
-.PHONY: all deps configure build hetpar run plots test test-asan clean
+.PHONY: all deps configure build hetpar run plots test test-asan bench-peer clean
 
 all: build
 
@@ -50,11 +50,15 @@ plots: deps
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(CTEST_JOBS)
 
+# One training step of the same LLaVA in hetpar and in transformers, side by side (bench/peer/README.md).
+bench-peer: hetpar
+	$(VENV)/bin/python bench/peer/peer_bench.py --rounds 3 --threads 1,2 --hetpar $(BUILD)/hetpar
+
 # The C++ tests with AddressSanitizer + UndefinedBehaviorSanitizer, in their own build tree.
 test-asan: deps
 	@cmake -S . -B $(ASAN_BUILD) -G Ninja -DHETPAR_PYTHON=$(VENV)/bin/python -DHETPAR_SANITIZE=address,undefined >/dev/null
 	@cmake --build $(ASAN_BUILD) -j $(JOBS) --target hetpar test_config test_dist bench_boundary
-	cd $(ASAN_BUILD) && $(SANITIZER_ENV) ctest --output-on-failure -j $(CTEST_JOBS) -E '^(hf_llava_interop|plot_results)$$'
+	cd $(ASAN_BUILD) && $(SANITIZER_ENV) ctest --output-on-failure -j $(CTEST_JOBS) -E '^(hf_llava_interop|plot_results|peer_bench_smoke)$$'
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -5,8 +5,11 @@
 #include <torch/autograd.h>
 
 #include <cmath>
+#include <map>
 
 #include "model/attention.hpp"
+#include "model/mlp.hpp"
+#include "model/rope.hpp"
 #include "model/param_init.hpp"
 #include "tests/dist_harness.hpp"
 #include "tp/parallel_linear.hpp"
@@ -130,20 +133,25 @@ HETPAR_WORKER(vocab_parallel_cross_entropy) {
 
 // Attention written out by hand: per-head kv mapping h -> h / (H / KV), the
 // half-rotation RoPE formula, explicit causal softmax. q/k/v/o from full weights.
-at::Tensor dense_attention(const at::Tensor& x, const AttentionSpec& a, bool rope) {
-  auto w = [&](const char* n, int64_t out) {
-    LinearSpec s = spec(a.name + "." + n, a.hidden, out);
+// `leaves` receives the full weights and biases it used, as leaves named like
+// the module's parameters ("q_proj.weight"), so their gradients can be compared.
+at::Tensor dense_attention(const at::Tensor& x, const AttentionSpec& a, bool rope,
+                           std::map<std::string, at::Tensor>& leaves) {
+  auto w = [&](const std::string& n, int64_t in, int64_t out) {
+    LinearSpec s = spec(a.name + "." + n, in, out);
     s.bias = a.bias;
     s.seed = a.seed;
     s.init_std = a.init_std;
-    return s;
+    leaves[n + ".weight"] = leaf(full_linear_weight(s));
+    if (a.bias) leaves[n + ".bias"] = leaf(full_linear_bias(s));
+    return n;
   };
   const int64_t b = x.size(0), n = x.size(1), d = a.hidden / a.heads, group = a.heads / a.kv_heads;
-  auto bias = [&](const LinearSpec& s) { return a.bias ? full_linear_bias(s) : at::Tensor(); };
-  auto project = [&](const LinearSpec& s) { return at::linear(x, full_linear_weight(s), bias(s)); };
-  at::Tensor q = project(w("q_proj", a.hidden)).view({b, n, a.heads, d});
-  at::Tensor k = project(w("k_proj", a.kv_heads * d)).view({b, n, a.kv_heads, d});
-  at::Tensor v = project(w("v_proj", a.kv_heads * d)).view({b, n, a.kv_heads, d});
+  auto bias = [&](const std::string& name) { return a.bias ? leaves[name + ".bias"] : at::Tensor(); };
+  auto project = [&](const std::string& name) { return at::linear(x, leaves[name + ".weight"], bias(name)); };
+  at::Tensor q = project(w("q_proj", a.hidden, a.hidden)).view({b, n, a.heads, d});
+  at::Tensor k = project(w("k_proj", a.hidden, a.kv_heads * d)).view({b, n, a.kv_heads, d});
+  at::Tensor v = project(w("v_proj", a.hidden, a.kv_heads * d)).view({b, n, a.kv_heads, d});
   if (rope) {
     auto rotate = [&](const at::Tensor& t) {
       at::Tensor out = t.clone();
@@ -166,8 +174,8 @@ at::Tensor dense_attention(const at::Tensor& x, const AttentionSpec& a, bool rop
   at::Tensor scores = at::einsum("bshd,bthd->bhst", {q, k}) / std::sqrt(static_cast<double>(d));
   if (a.causal) scores = scores.masked_fill(at::ones({n, n}, at::kBool).triu(1), -INFINITY);
   at::Tensor o = at::einsum("bhst,bthd->bshd", {scores.softmax(-1), v}).reshape({b, n, a.hidden});
-  const LinearSpec out = w(a.out_name.c_str(), a.hidden);
-  return at::linear(o, full_linear_weight(out), bias(out));
+  const std::string out = w(a.out_name, a.hidden, a.hidden);
+  return at::linear(o, leaves[out + ".weight"], bias(out));
 }
 
 // GQA + RoPE + causal (the LLM's attention) and plain bidirectional with
@@ -192,11 +200,65 @@ HETPAR_WORKER(attention) {
     if (llm) std::tie(cos, sin) = rope_tables(6, 4, 10000.0);
     at::Tensor y = attn.forward(x, cos, sin);
     (y * r).sum().backward();
-    at::Tensor yr = dense_attention(xr, a, llm);
+    std::map<std::string, at::Tensor> dense;
+    at::Tensor yr = dense_attention(xr, a, llm, dense);
     (yr * r).sum().backward();
     expect_close(y, yr.detach(), a.name + " output");
     expect_close(x.grad(), xr.grad(), a.name + " input grad");
+    // q, k and v run as one GEMM: each projection's own shard still gets its own gradient.
+    for (const auto& param : attn.named_parameters()) {
+      const std::string& name = param.key();
+      const bool output_projection = name.rfind(a.out_name, 0) == 0;
+      at::Tensor want = dense.at(name).grad();
+      if (!output_projection) want = shard(want, 0, tp.rank(), tp.size());
+      else if (name.find(".weight") != std::string::npos) want = shard(want, 1, tp.rank(), tp.size());
+      expect_close(param.value().grad(), want, a.name + " " + name + " grad");
+    }
+    require(attn.named_parameters().size() == (llm ? 4u : 8u), "{}: {} parameters", a.name, attn.named_parameters().size());
   }
+}
+
+// The Llama MLP: gate and up in one GEMM, silu(gate) * up, down; against the dense three matmuls.
+HETPAR_WORKER(swiglu_mlp) {
+  Group& tp = rt.world();
+  const MlpSpec m{"swiglu", 8, 16, 42, 0.2};
+  SwiGluMlp mlp(m, tp);
+  auto weight = [&](const char* name, int64_t in, int64_t out) {
+    LinearSpec s = spec(std::string("swiglu.") + name, in, out);
+    s.bias = false;
+    return leaf(full_linear_weight(s));
+  };
+  at::Tensor wg = weight("gate_proj", 8, 16), wu = weight("up_proj", 8, 16), wd = weight("down_proj", 16, 8);
+  const at::Tensor x0 = data("x", {3, 5, 8}), r = data("r", {3, 5, 8});
+  at::Tensor x = leaf(x0), xr = leaf(x0);
+  at::Tensor y = mlp.forward(x);
+  (y * r).sum().backward();
+  at::Tensor yr = at::linear(at::silu(at::linear(xr, wg)) * at::linear(xr, wu), wd);
+  (yr * r).sum().backward();
+  expect_close(y, yr.detach(), "output");
+  expect_close(x.grad(), xr.grad(), "input grad");
+  const auto params = mlp.named_parameters();
+  expect_close(params["gate_proj.weight"].grad(), shard(wg.grad(), 0, tp.rank(), tp.size()), "gate weight grad");
+  expect_close(params["up_proj.weight"].grad(), shard(wu.grad(), 0, tp.rank(), tp.size()), "up weight grad");
+  expect_close(params["down_proj.weight"].grad(), shard(wd.grad(), 1, tp.rank(), tp.size()), "down weight grad");
+}
+
+// RoPE as one autograd function against the rotate-half formula it replaces,
+// on a strided input (q and k are transposed views): output and gradient.
+HETPAR_WORKER(rope) {
+  const int64_t seq = 7, d = 8;
+  const auto [cos, sin] = rope_tables(seq, d, 10000.0);
+  const at::Tensor base0 = data("x", {2, seq, 3, d}), r = data("r", {2, 3, seq, d});
+  at::Tensor base = leaf(base0), base_ref = leaf(base0);
+  const at::Tensor y = apply_rope(base.transpose(1, 2), cos, sin);  // [B, H, S, d], strided
+  (y * r).sum().backward();
+  const at::Tensor x = base_ref.transpose(1, 2), c = at::cat({cos, cos}, -1), s = at::cat({sin, sin}, -1);
+  const at::Tensor rotated = at::cat({-x.narrow(-1, d / 2, d / 2), x.narrow(-1, 0, d / 2)}, -1);
+  const at::Tensor yr = x * c + rotated * s;
+  (yr * r).sum().backward();
+  require(y.is_contiguous(), "output not contiguous");
+  expect_close(y, yr.detach(), "rope output", 1e-6, 1e-7);
+  expect_close(base.grad(), base_ref.grad(), "rope input grad", 1e-6, 1e-7);
 }
 
 class TpLayers : public ::testing::TestWithParam<int> {};
@@ -211,6 +273,9 @@ TP_LAYER_TEST(column_row_mlp)
 TP_LAYER_TEST(vocab_parallel_embedding)
 TP_LAYER_TEST(vocab_parallel_cross_entropy)
 TP_LAYER_TEST(attention)
+TP_LAYER_TEST(swiglu_mlp)
+
+TEST(Rope, OneFunctionMatchesTheRotateHalfFormula) { EXPECT_TRUE(all_ranks_succeeded(run_workers("rope", 1))); }
 
 INSTANTIATE_TEST_SUITE_P(Tp, TpLayers, ::testing::Values(1, 2, 4),
                          [](const auto& info) { return "tp" + std::to_string(info.param); });

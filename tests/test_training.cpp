@@ -72,6 +72,36 @@ TEST_F(TrainingParity, Tp2Dp2MatchesOneRank) {
       << "the loss did not move: the comparison proves nothing";
 }
 
+double max_relative_difference(const std::vector<nlohmann::json>& a, const std::vector<nlohmann::json>& b,
+                               const char* field) {
+  double worst = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    const double x = a[i][field], y = b[i][field];
+    worst = std::max(worst, std::abs(x - y) / std::abs(y));
+  }
+  return worst;
+}
+
+// The global gradient norm counts every shard once whatever the layout (TP
+// shards on every TP rank, replicated parameters on TP rank 0, DP replica 0
+// only), and clipping by it keeps the layouts together: with a clip well
+// below the norm every step is clipped.
+TEST_F(TrainingParity, GradientNormAndClippingDoNotDependOnTheLayout) {
+  const std::string clip = " --set optim.grad_clip=0.05";
+  const auto one = train("clip_one", "--set data.micro_batch_size=2" + clip);
+  const auto tp2dp2 = train("clip_tp2dp2", "--set layout.llm.tp=2 --set layout.llm.dp=2 --set data.micro_batch_size=1" + clip);
+  const auto coloc = train("clip_coloc", "--set layout.placement=colocated --set layout.encoder.dp=2 --set layout.llm.tp=2" + clip);
+  ASSERT_EQ(one.size(), 20u);
+  for (const auto* run : {&tp2dp2, &coloc}) {
+    ASSERT_EQ(run->size(), 20u);
+    EXPECT_LE(max_relative_difference(*run, one, "grad_norm"), 1e-5);
+    EXPECT_LE(max_relative_difference(*run, one, "loss"), kLossRtol);
+  }
+  for (const auto& s : one) EXPECT_GT(double(s["grad_norm"]), 0.05) << "a step was not clipped";
+  // Clipping is in effect: the clipped run's curve is not the unclipped one's.
+  EXPECT_GT(max_relative_difference(one, *reference_, "loss"), 100 * kLossRtol);
+}
+
 TEST_F(TrainingParity, MicroBatchingAndDpSplitDoNotMatter) {
   const auto run = train("tp1dp2", "--set layout.llm.dp=2 --set data.micro_batch_size=1");
   ASSERT_EQ(run.size(), 20u);
@@ -156,6 +186,20 @@ TEST(SyntheticData, DeterministicPerStepAndSample) {
   EXPECT_FALSE(at::equal(a.ids, f.source(4).micro_batch(5, 2, 3).ids));
   // A sample is the same whichever micro-batch carries it.
   EXPECT_TRUE(at::equal(a.ids[1], f.source().micro_batch(5, 3, 1).ids[0]));
+}
+
+// Ranks whose images arrive over the boundary ask for the text alone: the
+// same ids, targets and image count, no pixels drawn.
+TEST(SyntheticData, TextOnlyMicroBatchSkipsThePixels) {
+  const DataFixture f;
+  const MicroBatch full = f.source().micro_batch(5, 0, 8), text = f.source().micro_batch(5, 0, 8, false);
+  ASSERT_GT(full.images, 0);
+  EXPECT_TRUE(at::equal(full.ids, text.ids));
+  EXPECT_TRUE(at::equal(full.targets, text.targets));
+  EXPECT_TRUE(at::equal(full.image_mask, text.image_mask));
+  EXPECT_EQ(text.images, full.images);
+  EXPECT_EQ(full.pixels.size(0), full.images);
+  EXPECT_EQ(text.pixels.size(0), 0);
 }
 
 TEST(SyntheticData, ShapesPlaceholdersAndTargets) {

@@ -65,14 +65,16 @@ at::Tensor SyntheticData::image(int64_t step, int64_t sample, int index, int ima
   return pattern + kPixelNoise * at::randn(pattern.sizes(), gen, at::TensorOptions().dtype(at::kFloat));
 }
 
-MicroBatch SyntheticData::micro_batch(int64_t step, int64_t first, int64_t count) const {
+MicroBatch SyntheticData::micro_batch(int64_t step, int64_t first, int64_t count, bool with_pixels) const {
   std::vector<int64_t> ids, targets;
   std::vector<at::Tensor> images;
+  int64_t image_count = 0;
   for (int64_t s = first; s < first + count; ++s) {
     const SampleText t = text(step, s);
     ids.insert(ids.end(), t.ids.begin(), t.ids.end());
     targets.insert(targets.end(), t.targets.begin(), t.targets.end());
-    for (size_t j = 0; j < t.image_classes.size(); ++j) {
+    image_count += static_cast<int64_t>(t.image_classes.size());
+    for (size_t j = 0; with_pixels && j < t.image_classes.size(); ++j) {
       images.push_back(image(step, s, static_cast<int>(j), t.image_classes[j]));
     }
   }
@@ -80,7 +82,7 @@ MicroBatch SyntheticData::micro_batch(int64_t step, int64_t first, int64_t count
   b.ids = at::tensor(ids, at::kLong).view({count, llm_.seq_len});
   b.targets = at::tensor(targets, at::kLong).view({count, llm_.seq_len});
   b.image_mask = b.ids == kImageToken;
-  b.images = static_cast<int64_t>(images.size());
+  b.images = image_count;
   b.pixels = images.empty()
                  ? at::zeros({0, encoder_.channels, encoder_.image_size, encoder_.image_size}, at::kFloat)
                  : at::stack(images);

@@ -44,8 +44,10 @@ class SyntheticData {
 
   SampleText text(int64_t step, int64_t sample) const;
   at::Tensor image(int64_t step, int64_t sample, int index, int image_class) const;  // [C, H, W]
-  // Samples [first, first + count) of the step's global batch.
-  MicroBatch micro_batch(int64_t step, int64_t first, int64_t count) const;
+  // Samples [first, first + count) of the step's global batch. Without
+  // `with_pixels` the images are counted but not drawn: for ranks whose
+  // images come from the boundary (or never), a text-only batch.
+  MicroBatch micro_batch(int64_t step, int64_t first, int64_t count, bool with_pixels = true) const;
   // Target tokens in the whole global batch of a step: the loss divisor.
   int64_t target_tokens(int64_t step) const;
   // Images in the whole global batch of a step (for its FLOPs).

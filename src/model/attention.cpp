@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include "model/rope.hpp"
+
 namespace hetpar {
 namespace {
 
@@ -16,24 +18,10 @@ LinearSpec projection(const AttentionSpec& s, const std::string& name, int64_t o
   return l;
 }
 
-// The half-rotation convention: pairs (i, i + d/2) rotate together.
-at::Tensor rotate_half(const at::Tensor& x) {
-  const int64_t half = x.size(-1) / 2;
-  return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
-}
-
 }  // namespace
 
-std::pair<at::Tensor, at::Tensor> rope_tables(int64_t seq, int64_t head_dim, double theta) {
-  const at::Tensor inv_freq =
-      1.0 / at::pow(theta, at::arange(0, head_dim, 2, at::kDouble) / static_cast<double>(head_dim));
-  const at::Tensor angles = at::outer(at::arange(seq, at::kDouble), inv_freq);
-  const at::Tensor both = at::cat({angles, angles}, -1);
-  return {both.cos().to(at::kFloat), both.sin().to(at::kFloat)};
-}
-
 ParallelAttention::ParallelAttention(const AttentionSpec& s, Group& tp)
-    : local_heads_(s.heads / tp.size()), local_kv_heads_(s.kv_heads / tp.size()),
+    : tp_(tp), local_heads_(s.heads / tp.size()), local_kv_heads_(s.kv_heads / tp.size()),
       head_dim_(s.hidden / s.heads), causal_(s.causal) {
   q_ = register_module("q_proj", std::make_shared<ColumnParallelLinear>(projection(s, "q_proj", s.hidden), tp));
   k_ = register_module("k_proj", std::make_shared<ColumnParallelLinear>(
@@ -46,20 +34,19 @@ ParallelAttention::ParallelAttention(const AttentionSpec& s, Group& tp)
 
 at::Tensor ParallelAttention::forward(const at::Tensor& x, const at::Tensor& rope_cos, const at::Tensor& rope_sin) {
   const int64_t b = x.size(0), s = x.size(1);
-  // [B, S, heads*d] -> [B, heads, S, d]
+  // One GEMM for q, k and v; [B, S, heads*d] -> [B, heads, S, d] views.
+  const std::vector<at::Tensor> qkv = fused_column_parallel(x, {q_.get(), k_.get(), v_.get()}, tp_);
   auto split_heads = [&](const at::Tensor& t, int64_t heads) { return t.view({b, s, heads, head_dim_}).transpose(1, 2); };
-  at::Tensor q = split_heads(q_->forward(x), local_heads_);
-  at::Tensor k = split_heads(k_->forward(x), local_kv_heads_);
-  at::Tensor v = split_heads(v_->forward(x), local_kv_heads_);
+  at::Tensor q = split_heads(qkv[0], local_heads_);
+  at::Tensor k = split_heads(qkv[1], local_kv_heads_);
+  const at::Tensor v = split_heads(qkv[2], local_kv_heads_);
   if (rope_cos.defined()) {
-    q = q * rope_cos + rotate_half(q) * rope_sin;
-    k = k * rope_cos + rotate_half(k) * rope_sin;
+    q = apply_rope(q, rope_cos, rope_sin);
+    k = apply_rope(k, rope_cos, rope_sin);
   }
-  if (local_kv_heads_ != local_heads_) {  // GQA: each kv head serves a run of query heads
-    k = k.repeat_interleave(local_heads_ / local_kv_heads_, 1);
-    v = v.repeat_interleave(local_heads_ / local_kv_heads_, 1);
-  }
-  at::Tensor o = at::scaled_dot_product_attention(q, k, v, {}, 0.0, causal_);
+  // Grouped-query attention natively: each kv head serves a run of query heads, no copies of K and V.
+  const at::Tensor o = at::scaled_dot_product_attention(q, k, v, {}, 0.0, causal_, std::nullopt,
+                                                        /*enable_gqa=*/local_kv_heads_ != local_heads_);
   return out_->forward(o.transpose(1, 2).reshape({b, s, local_heads_ * head_dim_}));
 }
 

@@ -1,6 +1,7 @@
 // Multi-head attention with heads sharded over the TP group: q/k/v are
 // column-parallel (each rank computes heads/tp query heads and kv_heads/tp
-// key/value heads), the output projection is row-parallel. Grouped-query
+// key/value heads, all three in one GEMM), the output projection is
+// row-parallel. Grouped-query
 // attention when kv_heads < heads; rotary embeddings for the LLM.
 #pragma once
 
@@ -9,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "model/rope.hpp"
 #include "tp/parallel_linear.hpp"
 
 namespace hetpar {
@@ -28,17 +30,15 @@ struct AttentionSpec {
 class ParallelAttention : public torch::nn::Module {
  public:
   ParallelAttention(const AttentionSpec& spec, Group& tp);
-  // x: [B, S, hidden]; rope: [S, head_dim] cos and sin, or undefined for none.
+  // x: [B, S, hidden]; rope: [S, head_dim / 2] cos and sin (rope_tables), or undefined for none.
   at::Tensor forward(const at::Tensor& x, const at::Tensor& rope_cos, const at::Tensor& rope_sin);
 
  private:
   std::shared_ptr<ColumnParallelLinear> q_, k_, v_;
   std::shared_ptr<RowParallelLinear> out_;
+  Group& tp_;
   int64_t local_heads_, local_kv_heads_, head_dim_;
   bool causal_;
 };
-
-// Rotary tables for positions [0, seq): cos and sin, [seq, head_dim].
-std::pair<at::Tensor, at::Tensor> rope_tables(int64_t seq, int64_t head_dim, double theta);
 
 }  // namespace hetpar

@@ -1,5 +1,7 @@
 #include "model/mlp.hpp"
 
+#include <ATen/ATen.h>
+
 namespace hetpar {
 namespace {
 
@@ -22,13 +24,18 @@ GeluMlp::GeluMlp(const MlpSpec& s, Group& tp, const char* fc1, const char* fc2, 
                                   linear(s, fc2, s.ffn_hidden, out ? out : s.hidden, true), tp));
 }
 
-SwiGluMlp::SwiGluMlp(const MlpSpec& s, Group& tp) {
+SwiGluMlp::SwiGluMlp(const MlpSpec& s, Group& tp) : tp_(tp) {
   gate_ = register_module("gate_proj", std::make_shared<ColumnParallelLinear>(
                                            linear(s, "gate_proj", s.hidden, s.ffn_hidden, false), tp));
   up_ = register_module("up_proj", std::make_shared<ColumnParallelLinear>(
                                        linear(s, "up_proj", s.hidden, s.ffn_hidden, false), tp));
   down_ = register_module("down_proj", std::make_shared<RowParallelLinear>(
                                            linear(s, "down_proj", s.ffn_hidden, s.hidden, false), tp));
+}
+
+at::Tensor SwiGluMlp::forward(const at::Tensor& x) {
+  const std::vector<at::Tensor> gate_up = fused_column_parallel(x, {gate_.get(), up_.get()}, tp_);
+  return down_->forward(at::silu(gate_up[0]) * gate_up[1]);
 }
 
 }  // namespace hetpar

@@ -29,13 +29,14 @@ class GeluMlp : public torch::nn::Module {
   std::shared_ptr<RowParallelLinear> fc2_;
 };
 
-// down(silu(gate(x)) * up(x)), no biases: the Llama MLP.
+// down(silu(gate(x)) * up(x)), no biases: the Llama MLP; gate and up in one GEMM.
 class SwiGluMlp : public torch::nn::Module {
  public:
   SwiGluMlp(const MlpSpec& spec, Group& tp);
-  at::Tensor forward(const at::Tensor& x) { return down_->forward(at::silu(gate_->forward(x)) * up_->forward(x)); }
+  at::Tensor forward(const at::Tensor& x);
 
  private:
+  Group& tp_;
   std::shared_ptr<ColumnParallelLinear> gate_, up_;
   std::shared_ptr<RowParallelLinear> down_;
 };

@@ -28,6 +28,23 @@ at::Tensor ColumnParallelLinear::forward(const at::Tensor& x) {
   return gather_output_ ? allgather_fwd_split_bwd(y, tp_) : y;
 }
 
+std::vector<at::Tensor> fused_column_parallel(const at::Tensor& x, const std::vector<const ColumnParallelLinear*>& layers,
+                                              Group& tp) {
+  std::vector<at::Tensor> weights, biases;
+  std::vector<int64_t> widths;
+  for (const ColumnParallelLinear* l : layers) {
+    weights.push_back(l->weight);
+    widths.push_back(l->weight.size(0));
+    if (l->bias.defined()) biases.push_back(l->bias);
+  }
+  if (!biases.empty() && biases.size() != layers.size()) {
+    throw std::logic_error("fused_column_parallel: all layers need a bias, or none");
+  }
+  const at::Tensor y = at::linear(identity_fwd_allreduce_bwd(x, tp), at::cat(weights),
+                                  biases.empty() ? at::Tensor() : at::cat(biases));
+  return y.split_with_sizes(widths, -1);
+}
+
 RowParallelLinear::RowParallelLinear(const LinearSpec& spec, Group& tp, bool input_is_sharded)
     : tp_(tp), input_is_sharded_(input_is_sharded) {
   weight = register_parameter("weight", shard(full_linear_weight(spec), 1, tp.rank(), tp.size()));

@@ -11,6 +11,7 @@
 #include <torch/nn/module.h>
 
 #include <string>
+#include <vector>
 
 #include "dist/group.hpp"
 
@@ -48,6 +49,14 @@ class RowParallelLinear : public torch::nn::Module {
   Group& tp_;
   bool input_is_sharded_;
 };
+
+// Column-parallel layers that read the same input (q/k/v, gate/up) as one
+// GEMM: their shards' weights and biases concatenated, the input's gradient
+// all-reduced once instead of once per layer. Returns each layer's output,
+// in order (views of one result). The layers keep their own parameters, so
+// initialisation, checkpoints and sharding do not change.
+std::vector<at::Tensor> fused_column_parallel(const at::Tensor& x, const std::vector<const ColumnParallelLinear*>& layers,
+                                              Group& tp);
 
 // The full initial weight and bias of a layer, as every layout derives them.
 at::Tensor full_linear_weight(const LinearSpec& spec);

@@ -21,12 +21,20 @@ void reduce_bucket(std::vector<at::Tensor>& grads, Group& dp) {
   grads.clear();
 }
 
-double squared_norm(const std::vector<at::Tensor>& params) {
-  double sum = 0;
+std::vector<at::Tensor> defined_grads(const std::vector<at::Tensor>& params) {
+  std::vector<at::Tensor> grads;
   for (const at::Tensor& p : params) {
-    if (p.grad().defined()) sum += p.grad().to(at::kDouble).pow(2).sum().item<double>();
+    if (p.grad().defined()) grads.push_back(p.grad());
   }
-  return sum;
+  return grads;
+}
+
+// Sum of the squared gradient norms, as a 0-d double tensor where the
+// gradients live: one multi-tensor kernel, no read back to the host.
+at::Tensor squared_norm(const std::vector<at::Tensor>& params) {
+  const std::vector<at::Tensor> grads = defined_grads(params);
+  if (grads.empty()) return at::zeros({}, at::kDouble);
+  return at::stack(at::_foreach_norm(grads, 2)).to(at::kDouble).square().sum();
 }
 
 }  // namespace
@@ -49,23 +57,20 @@ void all_reduce_gradients(const std::vector<at::Tensor>& params, Group& dp, int6
 }
 
 double global_grad_norm(Group& world, const std::vector<NormShare>& shares) {
-  double local = 0;
+  at::Tensor total = at::zeros({1}, at::kDouble);
   for (const NormShare& s : shares) {
     if (!s.dp_first) continue;
-    local += squared_norm(s.params->sharded);
-    if (s.tp_first) local += squared_norm(s.params->replicated);
+    total += squared_norm(s.params->sharded);
+    if (s.tp_first) total += squared_norm(s.params->replicated);
   }
-  at::Tensor total = at::full({1}, local, at::kDouble);
   world.all_reduce(total);
-  return std::sqrt(total.item<double>());
+  return std::sqrt(total.item<double>());  // the one read the clipping decision needs
 }
 
 void clip_gradients(const std::vector<at::Tensor>& params, double norm, double max_norm) {
   if (max_norm <= 0 || norm <= max_norm) return;
-  const double scale = max_norm / (norm + 1e-6);
-  for (const at::Tensor& p : params) {
-    if (p.grad().defined()) p.grad().mul_(scale);
-  }
+  std::vector<at::Tensor> grads = defined_grads(params);
+  if (!grads.empty()) at::_foreach_mul_(grads, max_norm / (norm + 1e-6));
 }
 
 double learning_rate(const OptimConfig& o, int64_t step, int64_t total_steps) {

@@ -14,12 +14,13 @@ namespace {
 at::Tensor stage_input(const at::Tensor& t) { return t.detach().requires_grad_(true); }
 
 // One micro-batch, uniform or colocated: every rank runs both modules.
-double sequential_micro_batch(const StepContext& ctx, int64_t micro) {
+at::Tensor sequential_micro_batch(const StepContext& ctx, int64_t micro) {
   const RunConfig& c = ctx.config;
   ModuleGroups& llm = ctx.groups.llm();
   const bool uniform = c.placement.placement == Placement::Uniform;
+  // Colocated, the encoder's images come by the routing plan: the LLM's batch needs only its text.
   const MicroBatch batch =
-      ctx.data.micro_batch(ctx.step, first_sample(c, llm.coord().dp, micro), c.data.micro_batch_size);
+      ctx.data.micro_batch(ctx.step, first_sample(c, llm.coord().dp, micro), c.data.micro_batch_size, uniform);
 
   // Uniform: this rank encodes its own samples' images and needs no boundary.
   std::optional<MicroBatchRoute> route;
@@ -43,7 +44,7 @@ double sequential_micro_batch(const StepContext& ctx, int64_t micro) {
     arrived = exchange->forward(rows_in);
   }
   const at::Tensor arrived_in = exchange ? stage_input(arrived) : rows_in;
-  const double loss_share = llm_forward_backward(ctx, batch, arrived_in);
+  const at::Tensor loss_share = llm_forward_backward(ctx, batch, arrived_in);
   if (exchange) {  // a collective: every rank takes part, rows or not
     auto timed = ctx.timer.measure(Phase::kBoundaryBackward);
     torch::autograd::backward({arrived}, {grad_or_zeros(arrived_in)});
@@ -57,7 +58,7 @@ double sequential_micro_batch(const StepContext& ctx, int64_t micro) {
 
 }  // namespace
 
-double llm_forward_backward(const StepContext& ctx, const MicroBatch& batch, const at::Tensor& rows) {
+at::Tensor llm_forward_backward(const StepContext& ctx, const MicroBatch& batch, const at::Tensor& rows) {
   at::Tensor loss;
   {
     auto timed = ctx.timer.measure(Phase::kLlmForward);
@@ -68,7 +69,9 @@ double llm_forward_backward(const StepContext& ctx, const MicroBatch& batch, con
     auto timed = ctx.timer.measure(Phase::kLlmBackward);
     loss.backward();
   }
-  return ctx.groups.llm().coord().tp == 0 ? loss.item<double>() : 0.0;  // TP peers hold the same loss
+  // TP peers hold the same loss: one of them reports it.
+  // Summed in double over the micro-batches, as the step's loss always was.
+  return ctx.groups.llm().coord().tp == 0 ? loss.detach().to(at::kDouble) : at::zeros({}, loss.options().dtype(at::kDouble));
 }
 
 at::Tensor grad_or_zeros(const at::Tensor& stage_input) {
@@ -81,10 +84,10 @@ void backward_if_graph(const at::Tensor& output, const at::Tensor& grad) {
   }
 }
 
-double run_micro_batches(const StepContext& ctx) {
+at::Tensor run_micro_batches(const StepContext& ctx) {
   if (ctx.config.placement.placement == Placement::NonColocated) return run_noncolocated_micro_batches(ctx);
-  double loss = 0;
-  for (int64_t m = 0; m < ctx.micro_batches; ++m) loss += sequential_micro_batch(ctx, m);
+  at::Tensor loss = sequential_micro_batch(ctx, 0);
+  for (int64_t m = 1; m < ctx.micro_batches; ++m) loss = loss + sequential_micro_batch(ctx, m);
   return loss;
 }
 

@@ -31,16 +31,18 @@ struct StepContext {
 };
 
 // Returns this rank's share of the step's loss (the LLM's TP rank 0 of each
-// replica reports its samples; every other rank 0).
-double run_micro_batches(const StepContext& ctx);
+// replica reports its samples; every other rank 0) as a scalar tensor: it is
+// summed where it was computed and read once per step, so no micro-batch
+// waits on the device.
+at::Tensor run_micro_batches(const StepContext& ctx);
 
 // The non-colocated schedule (step_schedule_noncolocated.cpp).
-double run_noncolocated_micro_batches(const StepContext& ctx);
+at::Tensor run_noncolocated_micro_batches(const StepContext& ctx);
 
 // LLM forward and backward of this rank's `batch`, its image rows given by
 // `rows` (a stage input: the gradient stays in rows.grad()). Returns this
-// rank's share of the loss (0 off the LLM's TP rank 0).
-double llm_forward_backward(const StepContext& ctx, const MicroBatch& batch, const at::Tensor& rows);
+// rank's share of the loss, detached (0 off the LLM's TP rank 0).
+at::Tensor llm_forward_backward(const StepContext& ctx, const MicroBatch& batch, const at::Tensor& rows);
 
 // The gradient a stage input received, or zeros where none flowed to it.
 at::Tensor grad_or_zeros(const at::Tensor& stage_input);

@@ -31,7 +31,7 @@ void wait_all(std::vector<Group::Pending>& pending) {
   pending.clear();
 }
 
-double encoder_side(const StepContext& ctx) {
+at::Tensor encoder_side(const StepContext& ctx) {
   struct InFlight {
     std::unique_ptr<BoundaryExchange> exchange;
     at::Tensor rows;                     // with the graph its backward needs
@@ -66,14 +66,14 @@ double encoder_side(const StepContext& ctx) {
     }
     in_flight.pop_front();
   }
-  return 0;
+  return at::zeros({}, at::kDouble);  // the encoder reports no loss
 }
 
-double llm_side(const StepContext& ctx) {
+at::Tensor llm_side(const StepContext& ctx) {
   const RunConfig& c = ctx.config;
   ModuleGroups& llm = ctx.groups.llm();
   std::vector<Group::Pending> grad_sends;
-  double loss_share = 0;
+  at::Tensor loss_share;
   for (int64_t m = 0; m < ctx.micro_batches; ++m) {
     MicroBatchRoute route;
     const auto exchange = make_exchange(ctx, m, -1, route);
@@ -82,9 +82,10 @@ double llm_side(const StepContext& ctx) {
       auto timed = ctx.timer.measure(Phase::kWait);  // mostly waiting, when the encoder is behind
       arrived = exchange->receive_forward(c.llm.hidden, rows_tag(m)).requires_grad_(true);
     }
-    const MicroBatch batch =
-        ctx.data.micro_batch(ctx.step, first_sample(c, llm.coord().dp, m), c.data.micro_batch_size);
-    loss_share += llm_forward_backward(ctx, batch, arrived);
+    const MicroBatch batch = ctx.data.micro_batch(ctx.step, first_sample(c, llm.coord().dp, m),
+                                                  c.data.micro_batch_size, /*with_pixels=*/false);
+    const at::Tensor share = llm_forward_backward(ctx, batch, arrived);
+    loss_share = loss_share.defined() ? loss_share + share : share;
     {
       auto timed = ctx.timer.measure(Phase::kBoundaryBackward);
       for (Group::Pending& p : exchange->post_backward(grad_or_zeros(arrived), grads_tag(m))) grad_sends.push_back(std::move(p));
@@ -97,7 +98,7 @@ double llm_side(const StepContext& ctx) {
 
 }  // namespace
 
-double run_noncolocated_micro_batches(const StepContext& ctx) {
+at::Tensor run_noncolocated_micro_batches(const StepContext& ctx) {
   return ctx.groups.encoder().active() ? encoder_side(ctx) : llm_side(ctx);
 }
 

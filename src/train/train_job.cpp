@@ -4,7 +4,6 @@
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
-#include <torch/optim/adamw.h>
 
 #include <chrono>
 #include <cmath>
@@ -22,6 +21,7 @@
 #include "train/run_metrics.hpp"
 #include "train/step_report.hpp"
 #include "train/step_schedule.hpp"
+#include "train/fused_adamw.hpp"
 #include "train/grad_sync.hpp"
 #include "train/multimodal_model.hpp"
 #include "util/durable_file.hpp"
@@ -46,19 +46,6 @@ void maybe_inject_fault(int rank, int64_t step) {
   }
 }
 
-// Matrices decay; norms and biases (1-d) do not.
-torch::optim::AdamW make_optimizer(const std::vector<at::Tensor>& params, const OptimConfig& o) {
-  std::vector<at::Tensor> decay, no_decay;
-  for (const at::Tensor& p : params) (p.dim() >= 2 ? decay : no_decay).push_back(p);
-  auto options = torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(o.weight_decay);
-  auto no_decay_options = options;
-  no_decay_options.weight_decay(0.0);
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  groups.emplace_back(decay, std::make_unique<torch::optim::AdamWOptions>(options));
-  groups.emplace_back(no_decay, std::make_unique<torch::optim::AdamWOptions>(no_decay_options));
-  return torch::optim::AdamW(std::move(groups), options);
-}
-
 // The run's summary.json: its metadata, the steps it ran, medians after the warm-up.
 void finish_summary(nlohmann::json& summary, const std::vector<nlohmann::json>& step_lines, const RunConfig& config,
                     const std::string& out_dir) {
@@ -67,10 +54,6 @@ void finish_summary(nlohmann::json& summary, const std::vector<nlohmann::json>& 
   summary["last_loss"] = step_lines.back()["loss"];
   summary.update(summarize_steps(step_lines, config.run.timing_warmup_steps));
   write_file_atomic(out_dir + "/summary.json", summary.dump(2) + "\n");
-}
-
-void set_learning_rate(torch::optim::AdamW& optimizer, double lr) {
-  for (auto& group : optimizer.param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
 }
 
 }  // namespace
@@ -88,7 +71,7 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
   MultimodalModel model(config, encoder_tp, llm_tp);
   if (!outputs.init_hf.empty()) load_hf(model, *encoder_tp, *llm_tp, outputs.init_hf);
   const std::vector<at::Tensor> params = model.trainable_parameters();
-  torch::optim::AdamW optimizer = make_optimizer(params, config.optim);
+  FusedAdamW optimizer(params, config.optim);
   const SyntheticData data(config.encoder, config.llm, config.data, static_cast<uint64_t>(config.run.seed));
   const auto encoder_params = model.encoder_side(), llm_params = model.llm_side();
   const std::vector<at::Tensor> encoder_trainable = encoder_params.all(), llm_trainable = llm_params.all();
@@ -129,11 +112,11 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
     if (step == config.runtime.profile_step) profile.emplace();
     const auto t0 = Clock::now();
     const double lr = learning_rate(config.optim, step, config.run.steps);
-    set_learning_rate(optimizer, lr);
+    optimizer.set_lr(lr);
     optimizer.zero_grad();
     const double target_tokens = static_cast<double>(data.target_tokens(step));
     const StepContext ctx{model, data, config, groups, runtime.world(), timer, step, micro_batches, target_tokens};
-    const double local_loss = run_micro_batches(ctx);
+    const double local_loss = run_micro_batches(ctx).item<double>();  // the step's one read of the loss
     double grad_norm = 0;
     {
       auto timed = timer.measure(Phase::kGradSync);  // each module over its own DP group, then the global norm

@@ -1,0 +1,51 @@
+#include "model/rope.hpp"
+
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
+
+namespace hetpar {
+namespace {
+
+// out = rotate(x) by +angle (sign 1) or -angle (sign -1):
+//   out_lo = x_lo * cos - sign * x_hi * sin,  out_hi = x_hi * cos + sign * x_lo * sin
+at::Tensor rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, double sign) {
+  const int64_t half = x.size(-1) / 2;
+  const at::Tensor lo = x.narrow(-1, 0, half), hi = x.narrow(-1, half, half);
+  at::Tensor out = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+  at::Tensor out_lo = out.narrow(-1, 0, half), out_hi = out.narrow(-1, half, half);
+  at::mul_out(out_lo, lo, cos);
+  out_lo.addcmul_(hi, sin, -sign);
+  at::mul_out(out_hi, hi, cos);
+  out_hi.addcmul_(lo, sin, sign);
+  return out;
+}
+
+struct Rope : torch::autograd::Function<Rope> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& cos,
+                            const at::Tensor& sin) {
+    ctx->saved_data["cos"] = cos;
+    ctx->saved_data["sin"] = sin;
+    return rotate(x, cos, sin, 1.0);
+  }
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads) {
+    // A rotation's adjoint is the rotation back.
+    return {rotate(grads[0], ctx->saved_data["cos"].toTensor(), ctx->saved_data["sin"].toTensor(), -1.0),
+            at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+std::pair<at::Tensor, at::Tensor> rope_tables(int64_t seq, int64_t head_dim, double theta) {
+  const at::Tensor inv_freq =
+      1.0 / at::pow(theta, at::arange(0, head_dim, 2, at::kDouble) / static_cast<double>(head_dim));
+  const at::Tensor angles = at::outer(at::arange(seq, at::kDouble), inv_freq);
+  return {angles.cos().to(at::kFloat), angles.sin().to(at::kFloat)};
+}
+
+at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  return Rope::apply(x, cos, sin);
+}
+
+}  // namespace hetpar
