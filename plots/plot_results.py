@@ -4,7 +4,7 @@
 Usage: plot_results.py RESULTS_DIR [--out DIR]
 
 Reads RESULTS_DIR/results.jsonl (one record per run: the sweep points and their
-uniform baselines) and writes tflops_per_gpu, speedup_vs_encoder, loss_curves and
+uniform baselines; the repeats of `sweep --repeat K` pooled to their medians) and writes tflops_per_gpu, speedup_vs_encoder, loss_curves and
 phase_breakdown as PNG and SVG, plus summary.md, into DIR (default
 RESULTS_DIR/plots). Prints every written path. Exits 2 when there is nothing to plot.
 """
@@ -66,6 +66,35 @@ def load_runs(results_dir):
     if not runs:
         fail(f"{path} has no usable records ({not_ok} with status != ok, {unparsable} unparsable lines)")
     return runs, not_ok, unparsable
+
+
+REPEAT_SUFFIX = re.compile(r"r\d+$")
+POOLED_FIELDS = ["tflops_per_gpu", "tokens_per_second", "image_tokens_per_second", "samples_per_second",
+                 "step_seconds_median", "mfu", "peak_memory_mib", "speedup_tflops", "speedup_tokens"]
+
+
+def pool_repeats(runs):
+    """One record per run: the repeats of `sweep --repeat K` (ids p001r2, b001r3 ...)
+    become their first measurement with the median of each figure over the repeats,
+    and `repeats` saying how many there were. Figures then show one bar per point."""
+    groups = {}
+    for r in runs:
+        groups.setdefault(REPEAT_SUFFIX.sub("", str(r.get("run_id"))), []).append(r)
+    pooled = []
+    for run_id, group in groups.items():
+        group.sort(key=lambda r: int(r.get("repeat") or 1))
+        first = dict(group[0], run_id=run_id, repeats=len(group))
+        if first.get("baseline_id"):
+            first["baseline_id"] = REPEAT_SUFFIX.sub("", str(first["baseline_id"]))
+        for field in POOLED_FIELDS:
+            values = [num(r.get(field)) for r in group if not math.isnan(num(r.get(field)))]
+            if values:
+                first[field] = float(np.median(values))
+        phases = [r.get("phases") or {} for r in group]
+        first["phases"] = {name: float(np.median([p[name] for p in phases if name in p]))
+                           for name in {n for p in phases for n in p}}
+        pooled.append(first)
+    return pooled
 
 
 def num(value):
@@ -352,9 +381,13 @@ def main(argv=None):
     parser.add_argument("--out", type=Path, help="output directory (default RESULTS_DIR/plots)")
     args = parser.parse_args(argv)
     runs, not_ok, unparsable = load_runs(args.results_dir)
+    measured = len(runs)
+    runs = pool_repeats(runs)
     out_dir = args.out or args.results_dir / "plots"
     out_dir.mkdir(parents=True, exist_ok=True)
-    print(f"{len(runs)} ok runs; skipped {not_ok} with status != ok"
+    print(f"{len(runs)} ok runs" + (f" ({measured} with repeats, figures are their medians)"
+                                     if measured > len(runs) else "")
+          + f"; skipped {not_ok} with status != ok"
           + (f" and {unparsable} unparsable lines" if unparsable else ""))
     by_id = {r.get("run_id"): r for r in runs}
     save(fig_tflops(runs, by_id), out_dir, "tflops_per_gpu")

@@ -1,11 +1,12 @@
 // Sweep files: the grid's expansion (order, labels, overrides), baselines
-// shared between points, invalid points kept with their reason, and clear
-// errors for malformed files.
+// shared between points, invalid points kept with their reason, repeats in
+// rounds, and clear errors for malformed files.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <stdexcept>
 
 #include "sweep/sweep_spec.hpp"
 
@@ -35,6 +36,31 @@ TEST(SweepSpec, ExpandsTheGridWithSharedBaselines) {
   EXPECT_EQ(runs[1].world_size, 2);
   EXPECT_FALSE(runs[1].config_hash.empty());
   EXPECT_NE(runs[1].config_hash, runs[4].config_hash);
+}
+
+TEST(SweepSpec, RepeatsRunInRoundsEachAgainstItsRoundsBaseline) {
+  const std::vector<SweepRun> once = expand_sweep(load_sweep_spec(kDir + "/with_invalid.toml"), {});
+  const std::vector<SweepRun> runs = repeat_runs(once, 3);
+  std::vector<std::string> ids;
+  for (const SweepRun& r : runs) ids.push_back(r.id);
+  // Round 1 is the sweep as run once; later rounds repeat its valid runs
+  // (p002 and p004 are invalid: listed once).
+  EXPECT_EQ(ids, (std::vector<std::string>{"b001", "p001", "p002", "b002", "p003", "p004", "b001r2", "p001r2",
+                                           "b002r2", "p003r2", "b001r3", "p001r3", "b002r3", "p003r3"}));
+  const SweepRun& again = runs[11];
+  ASSERT_EQ(again.id, "p001r3");
+  EXPECT_EQ(again.repeat, 3);
+  EXPECT_EQ(again.baseline_id, "b001r3");
+  EXPECT_EQ(again.label, once[1].label);               // what results are pooled by
+  EXPECT_EQ(again.config_hash, once[1].config_hash);   // the same configuration...
+  EXPECT_EQ(again.config->run.name, "p001r3");         // ...under its own name
+  EXPECT_EQ(runs[6].config->run.name, "b001r2");
+  EXPECT_EQ(runs[1].repeat, 1);
+  // Once is the sweep itself; fewer than once is refused.
+  const std::vector<SweepRun> single = repeat_runs(once, 1);
+  ASSERT_EQ(single.size(), once.size());
+  for (size_t i = 0; i < once.size(); ++i) EXPECT_EQ(single[i].id, once[i].id);
+  EXPECT_THROW(repeat_runs(once, 0), std::invalid_argument);
 }
 
 TEST(SweepSpec, InvalidPointsKeepTheirReason) {
@@ -105,6 +131,11 @@ INSTANTIATE_TEST_SUITE_P(
         BadSweep{"value_without_set",
                  "[sweep]\nname = \"x\"\nbase = \"tiny_base.toml\"\n[[axis]]\nname = \"a\"\n[[axis.value]]\nname = \"v\"\n",
                  "a.value[0].set", "must be a table"},
+        BadSweep{"repeated_value_name",
+                 "[sweep]\nname = \"x\"\nbase = \"tiny_base.toml\"\n[[axis]]\nname = \"a\"\n[[axis.value]]\n"
+                 "name = \"v\"\nset = { run = { steps = 2 } }\n[[axis.value]]\nname = \"v\"\n"
+                 "set = { run = { steps = 3 } }\n",
+                 "a.value[1].name", "\"v\" is already a value of axis a"},
         BadSweep{"syntax", "[sweep\nname = 1\n", "(syntax)", ""}),
     [](const auto& info) { return std::string(info.param.name); });
 

@@ -2,9 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
-
 #include "metrics/results_compare.hpp"
-#include "metrics/results_csv.hpp"
 #include "metrics/run_summary.hpp"
 #include "util/exit_codes.hpp"
 #include "util/log.hpp"
@@ -18,7 +16,9 @@ CLI::App* add_compare_command(CLI::App& app, CompareArgs& args) {
   cmd->add_option("--rtol", args.rtol, "largest allowed |a - b| / |b| at any step")->check(CLI::NonNegativeNumber);
   auto* results = cmd->add_option("--results", args.results, "OLD NEW: two sweeps' result directories")
                       ->expected(2)->excludes(a)->excludes(b);
-  cmd->add_option("--threshold", args.threshold, "with --results: a drop beyond this is a regression (5% or 0.05)")
+  cmd->add_option("--threshold", args.threshold,
+                  "with --results: a drop beyond this (5% or 0.05) and beyond the noise of the timed steps (its 95% "
+                  "bootstrap interval below no change) is a regression")
       ->needs(results);
   a->needs(b);
   return cmd;
@@ -28,15 +28,15 @@ namespace {
 
 int compare_result_sets(const CompareArgs& args) {
   double threshold = 0;
-  std::vector<nlohmann::json> old_records, new_records;
+  ResultSet old_set, new_set;
   try {
     threshold = parse_threshold(args.threshold);
-    old_records = read_results(args.results[0]);
-    new_records = read_results(args.results[1]);
+    old_set = read_result_set(args.results[0]);
+    new_set = read_result_set(args.results[1]);
   } catch (const std::exception& e) {
     die(kExitConfigError, e.what());
   }
-  const ResultsComparison c = compare_results(old_records, new_records, threshold);
+  const ResultsComparison c = compare_results(old_set, new_set, threshold);
   log_info("{}", c.text);
   if (c.matched == 0) die(kExitConfigError, "the two result sets share no point");
   return c.regressions > 0 ? kExitError : 0;

@@ -1,7 +1,8 @@
 // `hetpar compare RUN_A RUN_B [--rtol X]`: loss-curve parity of two runs,
 // step by step; exits 1 past the tolerance (2 on unreadable input).
 // `hetpar compare --results OLD NEW [--threshold 5%]`: two sweeps' results
-// point by point (two GPUs, two commits); exits 1 when a point regressed.
+// point by point (two GPUs, two commits), on the timed steps of their runs;
+// exits 1 when a point regressed beyond the threshold and beyond the noise.
 #pragma once
 
 #include <CLI/CLI.hpp>

@@ -59,7 +59,8 @@ void refuse_what_this_machine_cannot_host(std::vector<SweepRun>& runs) {
 
 // A dry run plans for any machine (a cluster's, with --launch); it says which
 // runs this one could not host on the local launcher, but lists them as valid.
-int dry_run(const SweepSpec& spec, const std::vector<SweepRun>& runs, bool local) {
+// It lists one round; `repeats` says how many there would be.
+int dry_run(const SweepSpec& spec, const std::vector<SweepRun>& runs, bool local, int repeats) {
   int points = 0, valid = 0, baselines = 0, too_big_here = 0;
   log_info("sweep {} ({}): base run {}", spec.name, spec.file, spec.base);
   log_info("{:<5} {:<44} {:>5} {:>12}  {:<8} {}", "run", "label", "ranks", "FLOPs/step", "baseline", "layout");
@@ -78,6 +79,10 @@ int dry_run(const SweepSpec& spec, const std::vector<SweepRun>& runs, bool local
   }
   log_info("{} points ({} valid, {} invalid), {} baselines; model FLOPs per step at the expected images per step",
            points, valid, points - valid, baselines);
+  if (repeats > 1) {
+    log_info("--repeat {}: every valid run is measured {} times, in rounds (ids p001, p001r2, ... p001r{}): {} runs",
+             repeats, repeats, repeats, repeat_runs(runs, repeats).size());
+  }
   if (too_big_here > 0) {
     log_info("{} of these runs need more ranks or memory than this machine has: run them with --launch on a cluster",
              too_big_here);
@@ -102,6 +107,10 @@ CLI::App* add_sweep_command(CLI::App& app, SweepArgs& args) {
   cmd->add_flag("--no-plots", args.no_plots, "skip drawing the figures");
   cmd->add_option("--run-timeout", args.run_timeout_s, "seconds one run may take before it is killed")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--repeat", args.repeat,
+                  "measure every point and baseline K times, in rounds (runs p001, p001r2, ...); the report and "
+                  "compare --results pool the repeats")
+      ->check(CLI::Range(1, 99));
   return cmd;
 }
 
@@ -113,8 +122,9 @@ int run_sweep_command(const SweepArgs& args) {
     die(kExitConfigError, e.what());
   }
   std::vector<SweepRun> runs = expand_sweep(spec, args.overrides);
-  if (args.dry_run) return dry_run(spec, runs, args.launch.empty());
+  if (args.dry_run) return dry_run(spec, runs, args.launch.empty(), args.repeat);
   if (args.launch.empty()) refuse_what_this_machine_cannot_host(runs);
+  runs = repeat_runs(runs, args.repeat);
   bool any_valid = false;
   for (const SweepRun& r : runs) {
     if (!r.config) log_error("skipping {} ({}): {}", r.id, r.label, r.invalid_reason);

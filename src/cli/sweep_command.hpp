@@ -1,6 +1,7 @@
-// `hetpar sweep FILE [--dry-run] [--out DIR] [--set k=v]...`: expands a sweep
-// file's grid, validates every point (invalid ones listed with their reason),
-// and runs each valid point and its baseline in fresh processes; resumable.
+// `hetpar sweep FILE [--dry-run] [--out DIR] [--set k=v]... [--repeat K]`:
+// expands a sweep file's grid, validates every point (invalid ones listed
+// with their reason), and runs each valid point and its baseline K times in
+// fresh processes; resumable.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -20,6 +21,7 @@ struct SweepArgs {
   bool retry_failed = false;
   bool no_plots = false;
   double run_timeout_s = 3600;
+  int repeat = 1;  // times each run is measured (repeat_runs)
 };
 
 CLI::App* add_sweep_command(CLI::App& app, SweepArgs& args);

@@ -2,9 +2,31 @@
 
 #include <filesystem>
 
+#include "checkpoint/checkpoint_manifest.hpp"
 #include "util/durable_file.hpp"
 
 namespace hetpar {
+namespace {
+
+// Before any rank starts: RUN_DIR has a complete, intact checkpoint of the same model.
+void check_resume(const std::string& run_dir, const RunConfig& config) {
+  try {
+    const std::optional<std::string> checkpoint = latest_complete_checkpoint(run_dir);
+    if (!checkpoint) {
+      throw CheckpointError("no complete checkpoint under " + checkpoints_root(run_dir) +
+                            " (run.checkpoint_every writes them)");
+    }
+    const CheckpointManifest manifest = read_manifest(*checkpoint);
+    verify_checkpoint_files(*checkpoint, manifest);
+    check_resumable(load_run_config(*checkpoint + "/config.toml", {}), config, manifest.step);
+  } catch (const CheckpointError& e) {
+    throw ConfigError("command line", "--resume", e.what());
+  } catch (const ConfigError& e) {
+    throw ConfigError("command line", "--resume", std::string("the checkpoint's config.toml: ") + e.what());
+  }
+}
+
+}  // namespace
 
 CLI::App* add_train_command(CLI::App& app, TrainArgs& args) {
   CLI::App* cmd = app.add_subcommand("train", "Train one run described by a TOML run file");
@@ -13,6 +35,9 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& args) {
                   "start from this transformers LLaVA directory (config.json + model.safetensors)");
   cmd->add_option("--save-hf", args.outputs.save_hf,
                   "at the end, write the model here as a transformers LlavaForConditionalGeneration directory");
+  cmd->add_option("--resume", args.outputs.resume,
+                  "continue the run in this directory from its latest complete checkpoint (run.checkpoint_every), "
+                  "under this run file's layout; results go on in that directory unless --out says otherwise");
   add_job_options(*cmd, args.job);
   return cmd;
 }
@@ -20,12 +45,12 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& args) {
 int run_train(const TrainArgs& args) {
   std::vector<std::string> rank_args;
   for (const auto& [flag, value] : {std::pair{"--out", args.outputs.out_dir}, std::pair{"--init-hf", args.outputs.init_hf},
-                                    std::pair{"--save-hf", args.outputs.save_hf}}) {
+                                    std::pair{"--save-hf", args.outputs.save_hf}, std::pair{"--resume", args.outputs.resume}}) {
     if (!value.empty()) rank_args.insert(rank_args.end(), {flag, value});
   }
   auto outputs_of = [&](const RunConfig& config) {
     TrainOutputs outputs = args.outputs;
-    if (outputs.out_dir.empty()) outputs.out_dir = "results/runs/" + config.run.name;
+    if (outputs.out_dir.empty()) outputs.out_dir = outputs.resume.empty() ? "results/runs/" + config.run.name : outputs.resume;
     return outputs;
   };
   // Where results go is checked before the first step, not found unusable after the last.
@@ -43,6 +68,7 @@ int run_train(const TrainArgs& args) {
         throw ConfigError("command line", "--save-hf", e.what());
       }
     }
+    if (!outputs.resume.empty()) check_resume(outputs.resume, config);
     if (!outputs.init_hf.empty() && !std::filesystem::exists(outputs.init_hf + "/model.safetensors")) {
       throw ConfigError("command line", "--init-hf", "no such file: " + outputs.init_hf + "/model.safetensors");
     }

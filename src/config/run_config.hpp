@@ -17,6 +17,8 @@ struct RunSection {
   int64_t seed = 1234;
   int64_t steps = 10;
   int64_t timing_warmup_steps = 1;  // left out of the run's timing summary
+  int64_t checkpoint_every = 0;     // steps between checkpoints; 0 = none
+  int64_t checkpoint_keep = 2;      // newest complete checkpoints kept
 };
 
 struct EncoderConfig {     // ViT (SigLIP/CLIP style)

@@ -2,8 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
 
+#include "metrics/point_repeats.hpp"
 #include "util/durable_file.hpp"
 
 namespace hetpar {
@@ -88,9 +90,21 @@ SweepVerdict sweep_report(const std::vector<Json>& records, const SweepSpec& spe
                         first.value("device", "?"), first.value("backend", "?"), first.value("commit", "?"),
                         first.value("torch_version", "?"), number(first, "ranks_per_core"));
   }
+  // A point measured K times (sweep --repeat) is one row: the median of its runs' medians.
+  const std::vector<Json> rows = pool_repeats(records);
+  std::vector<const Json*> ok_rows;
+  int repeats = 1;
+  for (const Json& r : rows) {
+    if (r.value("status", "") == "ok") ok_rows.push_back(&r);
+    repeats = std::max(repeats, r.value("repeats", 1));
+  }
+  if (repeats > 1) {
+    text += fmt::format("Each point and baseline measured up to {} times: a row holds the median of its runs' "
+                        "medians, its speed-ups are over its baseline's pooled figures.\n\n", repeats);
+  }
   text += "| run | label | placement | ranks | step ms | TFLOPS/GPU | x baseline | tokens/s | x baseline | "
           "loss max rel diff | parity |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
-  for (const Json* r : ok_runs) {
+  for (const Json* r : ok_rows) {
     const bool point = r->value("role", "") == "point";
     std::string parity = "baseline";
     if (point) {
@@ -99,15 +113,17 @@ SweepVerdict sweep_report(const std::vector<Json>& records, const SweepSpec& spe
       parity_misses += !held;
       parity = r->contains("loss_max_rel_diff") ? (held ? "ok" : "EXCEEDED") : "no baseline";
     }
+    const int runs = r->value("repeats", 1);
+    const std::string id = r->value("run_id", "") + (runs > 1 ? fmt::format(" (x{})", runs) : "");
     text += fmt::format("| {} | {} | {} | {} | {:.1f} | {:.5f} | {} | {:.0f} | {} | {} | {} |\n",
-                        r->value("run_id", ""), r->value("label", ""), r->value("placement", ""),
+                        id, r->value("label", ""), r->value("placement", ""),
                         r->value("world_size", 0), 1e3 * number(*r, "step_seconds_median"),
                         number(*r, "tflops_per_gpu"), point ? ratio_text(*r, "speedup_tflops") : "-",
                         number(*r, "tokens_per_second"), point ? ratio_text(*r, "speedup_tokens") : "-",
                         point && r->contains("loss_max_rel_diff") ? fmt::format("{:.2e}", number(*r, "loss_max_rel_diff")) : "-",
                         parity);
   }
-  text += "\n## Placements side by side\n\n" + side_by_side(ok_runs);
+  text += "\n## Placements side by side\n\n" + side_by_side(ok_rows);
   text += fmt::format("\nLoss parity (max relative difference of each point's loss curve from its baseline's, "
                       "tolerance {:.0e}): {}\n", spec.loss_rtol,
                       parity_misses == 0 ? fmt::format("every point held it ({} points)", points)

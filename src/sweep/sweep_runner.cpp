@@ -16,6 +16,7 @@
 #include <map>
 #include <thread>
 
+#include "checkpoint/checkpoint_manifest.hpp"
 #include "metrics/results_csv.hpp"
 #include "metrics/run_summary.hpp"
 #include "sweep/sweep_dir.hpp"
@@ -105,21 +106,27 @@ std::string shell_quoted(const std::string& text) {
 }
 
 // `hetpar train` of one run, on the local launcher or the given launch prefix.
+// A run killed mid-way (the sweep was) continues from its latest complete checkpoint.
 std::vector<std::string> train_command(const SweepOptions& options, const SweepRun& run, const std::string& dir) {
+  const bool resume = latest_complete_checkpoint(dir).has_value();
   if (options.launch.empty()) {
-    return {options.hetpar_binary, "train", dir + "/run.toml", "--nproc", std::to_string(run.world_size), "--out", dir};
+    std::vector<std::string> argv = {options.hetpar_binary, "train", dir + "/run.toml", "--nproc",
+                                     std::to_string(run.world_size), "--out", dir};
+    if (resume) argv.insert(argv.end(), {"--resume", dir});
+    return argv;
   }
   std::string prefix = options.launch;
   for (size_t at; (at = prefix.find("{ranks}")) != std::string::npos;) {
     prefix.replace(at, 7, std::to_string(run.world_size));
   }
-  return {"/bin/sh", "-c", fmt::format("exec {} {} train {} --out {}", prefix, shell_quoted(options.hetpar_binary),
-                                       shell_quoted(dir + "/run.toml"), shell_quoted(dir))};
+  return {"/bin/sh", "-c",
+          fmt::format("exec {} {} train {} --out {}{}", prefix, shell_quoted(options.hetpar_binary),
+                      shell_quoted(dir + "/run.toml"), shell_quoted(dir), resume ? " --resume " + shell_quoted(dir) : "")};
 }
 
 nlohmann::json base_record(const SweepRun& run) {
   nlohmann::json r = {{"run_id", run.id}, {"role", run.is_baseline ? "baseline" : "point"}, {"label", run.label},
-                      {"config_hash", run.config_hash}, {"world_size", run.world_size}};
+                      {"config_hash", run.config_hash}, {"world_size", run.world_size}, {"repeat", run.repeat}};
   r["baseline_id"] = run.is_baseline ? nlohmann::json() : nlohmann::json(run.baseline_id);
   for (const auto& [axis, value] : run.axes) r["axes"][axis] = value;
   for (const auto& [axis, value] : run.axes) {

@@ -5,6 +5,8 @@
 #include <charconv>
 #include <filesystem>
 #include <map>
+#include <set>
+#include <stdexcept>
 
 #include "config/toml_document.hpp"
 #include "util/plain_name.hpp"
@@ -123,10 +125,16 @@ SweepSpec load_sweep_spec(const std::string& file) {
     SweepAxis axis{string_at(axis_table, "name", file, where), {}};
     const toml::array* values = axis_table.get_as<toml::array>("value");
     if (!values || values->empty()) throw ConfigError(file, where + ".value", "needs at least one [[axis.value]]");
+    std::set<std::string> names;
     for (const toml::node& value_node : *values) {
       const std::string vwhere = axis.name + ".value[" + std::to_string(axis.values.size()) + "]";
       const toml::table& value_table = table_at(&value_node, file, vwhere);
       SweepAxisValue value{string_at(value_table, "name", file, vwhere), {}};
+      // Value names make the labels results are matched and pooled by: two
+      // points with one label would be taken for repeats of one point.
+      if (!names.insert(value.name).second) {
+        throw ConfigError(file, vwhere + ".name", "\"" + value.name + "\" is already a value of axis " + axis.name);
+      }
       flatten(table_at(value_table.get("set"), file, vwhere + ".set"), "", file, value.overrides);
       axis.values.push_back(std::move(value));
     }
@@ -184,6 +192,24 @@ std::vector<SweepRun> expand_sweep(const SweepSpec& spec, const std::vector<std:
     runs.push_back(std::move(point));
   }
   return runs;
+}
+
+std::vector<SweepRun> repeat_runs(const std::vector<SweepRun>& runs, int repeats) {
+  if (repeats < 1) throw std::invalid_argument("--repeat must be at least 1, got " + std::to_string(repeats));
+  std::vector<SweepRun> out = runs;
+  for (int k = 2; k <= repeats; ++k) {
+    const std::string suffix = "r" + std::to_string(k);
+    for (const SweepRun& run : runs) {
+      if (!run.config) continue;  // as invalid in every round: listed once
+      SweepRun again = run;
+      again.id += suffix;
+      again.config->run.name = again.id;
+      again.repeat = k;
+      if (!again.baseline_id.empty()) again.baseline_id += suffix;
+      out.push_back(std::move(again));
+    }
+  }
+  return out;
 }
 
 }  // namespace hetpar

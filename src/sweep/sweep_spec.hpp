@@ -57,12 +57,24 @@ struct SweepRun {
   std::string baseline_id;                                // points only; empty when its baseline is invalid
   int world_size = 0;                                     // ranks the run needs
   std::string config_hash;                                // of the resolved config: resume key
+  int repeat = 1;                                         // which measurement of the run (sweep --repeat)
 };
 
 // The grid in order (first axis slowest), each point preceded by its baseline
 // the first time that baseline is needed. `extra` overrides apply to every run
 // last (the command line's --set). Invalid points are kept with their reason.
 std::vector<SweepRun> expand_sweep(const SweepSpec& spec, const std::vector<std::string>& extra);
+
+// The runs measured `repeats` times, in rounds: round 1 is `runs` as they
+// are; each later round k runs every valid run again as "<id>r<k>" (p001r2,
+// b001r2), a point against its baseline's repeat of the same round. Rounds
+// rather than K runs in a row, so that a slow spell of the machine falls on
+// every point alike instead of on one. The repeats of a run keep its label
+// (what `compare --results` pools them by) and its config hash (they differ
+// only in their name), so raising --repeat on a finished sweep only adds the
+// new rounds. Invalid runs are listed once. Throws std::invalid_argument
+// when `repeats` < 1.
+std::vector<SweepRun> repeat_runs(const std::vector<SweepRun>& runs, int repeats);
 
 // Ranks a validated run needs: the larger end of the two modules' rank ranges.
 int world_size_of(const RunConfig& config);

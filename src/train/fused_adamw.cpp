@@ -18,6 +18,15 @@ FusedAdamW::FusedAdamW(const std::vector<at::Tensor>& params, const OptimConfig&
   }
 }
 
+FusedAdamW::State FusedAdamW::state_of(const at::Tensor& param) const {
+  for (const Group& g : groups_) {
+    for (size_t i = 0; i < g.params.size(); ++i) {
+      if (g.params[i].is_same(param)) return {g.exp_avg[i], g.exp_avg_sq[i], g.steps[i]};
+    }
+  }
+  return {};
+}
+
 void FusedAdamW::zero_grad() {
   for (Group& g : groups_) {
     for (at::Tensor& p : g.params) p.mutable_grad().reset();

@@ -27,6 +27,14 @@ class FusedAdamW {
   };
   const std::vector<Group>& groups() const { return groups_; }
 
+  // The state of one parameter (views of the optimizer's own tensors, so a
+  // checkpoint can fill them in place); all undefined for a parameter this
+  // optimizer does not update (a frozen one).
+  struct State {
+    at::Tensor exp_avg, exp_avg_sq, step;
+  };
+  State state_of(const at::Tensor& param) const;
+
  private:
   std::vector<Group> groups_;
   double lr_, beta1_, beta2_, eps_;

@@ -11,6 +11,8 @@
 #include <filesystem>
 #include <optional>
 
+#include "checkpoint/checkpoint_io.hpp"
+#include "checkpoint/checkpoint_manifest.hpp"
 #include "data/synthetic_data.hpp"
 #include "dist/module_groups.hpp"
 #include "dist/runtime.hpp"
@@ -46,6 +48,16 @@ void maybe_inject_fault(int rank, int64_t step) {
   }
 }
 
+// The step records of an earlier run in `run_dir` up to `last_step`.
+std::vector<nlohmann::json> steps_up_to(const std::string& run_dir, int64_t last_step) {
+  std::vector<nlohmann::json> kept;
+  if (!std::filesystem::exists(run_dir + "/steps.jsonl")) return kept;
+  for (nlohmann::json& s : read_steps(run_dir)) {
+    if (s.at("step").get<int64_t>() <= last_step) kept.push_back(std::move(s));
+  }
+  return kept;
+}
+
 // The run's summary.json: its metadata, the steps it ran, medians after the warm-up.
 void finish_summary(nlohmann::json& summary, const std::vector<nlohmann::json>& step_lines, const RunConfig& config,
                     const std::string& out_dir) {
@@ -79,6 +91,18 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
   if (encoder.active()) norm_shares.push_back({&encoder_params, encoder.coord().dp == 0, encoder.coord().tp == 0});
   if (llm.active()) norm_shares.push_back({&llm_params, llm.coord().dp == 0, llm.coord().tp == 0});
 
+  const CheckpointParts checkpoint_parts{config, model, optimizer, runtime.world(),
+                                        encoder.active() ? encoder.coord().tp : 0, llm.active() ? llm.coord().tp : 0};
+  int64_t first_step = 1;
+  std::vector<nlohmann::json> step_lines;  // the leader's record of every step, earlier runs' included
+  if (!outputs.resume.empty()) {
+    const std::string checkpoint = *latest_complete_checkpoint(outputs.resume);  // the launcher checked it
+    load_checkpoint(checkpoint_parts, checkpoint);
+    first_step = read_manifest(checkpoint).step + 1;
+    if (leader) step_lines = steps_up_to(outputs.resume, first_step - 1);
+    if (leader) log_info("resuming from {} at step {}", checkpoint, first_step);
+  }
+
   const int64_t samples_per_rank = config.data.global_batch_size / config.placement.llm.dp;
   const int64_t micro_batches = samples_per_rank / config.data.micro_batch_size;
   RunMetrics metrics(config, runtime, data);
@@ -87,7 +111,11 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
   if (leader) {
     ensure_writable_dir(out_dir);
     write_file_atomic(out_dir + "/config.toml", to_toml(config));
-    steps_file = AppendFile(out_dir + "/steps.jsonl", /*truncate=*/true);
+    // A resumed run keeps the steps up to its checkpoint and continues after them.
+    std::string earlier;
+    for (const nlohmann::json& line : step_lines) earlier += line.dump() + "\n";
+    write_file_atomic(out_dir + "/steps.jsonl", earlier);
+    steps_file = AppendFile(out_dir + "/steps.jsonl", /*truncate=*/false);
     log_info("resolved run configuration:\n{}", to_toml(config));
     int64_t count = 0;
     for (const at::Tensor& p : params) count += p.numel();
@@ -104,9 +132,8 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
   }
 
   nlohmann::json summary = metrics.metadata();
-  std::vector<nlohmann::json> step_lines;
   PhaseTimer timer;
-  for (int64_t step = 1; step <= config.run.steps; ++step) {
+  for (int64_t step = first_step; step <= config.run.steps; ++step) {
     maybe_inject_fault(runtime.rank(), step);
     std::optional<OpProfile> profile;
     if (step == config.runtime.profile_step) profile.emplace();
@@ -155,6 +182,9 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
                   step, report.loss, grad_norm);
       }
       return kExitDiverged;
+    }
+    if (config.run.checkpoint_every > 0 && step % config.run.checkpoint_every == 0) {
+      save_checkpoint(checkpoint_parts, out_dir, step);
     }
   }
   if (!outputs.save_hf.empty()) {

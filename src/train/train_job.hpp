@@ -14,6 +14,7 @@ struct TrainOutputs {
   std::string out_dir;   // config.toml, steps.jsonl, summary.json
   std::string init_hf;   // start from this transformers LLaVA directory ("" = fresh init)
   std::string save_hf;   // write the final model here as a transformers LLaVA directory
+  std::string resume;    // continue from the latest complete checkpoint of this run directory ("" = start)
 };
 
 int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutputs& outputs);

@@ -151,3 +151,26 @@ def test_sparse_records_still_plot(tmp_path):
     assert len(table_rows((tmp_path / "plots" / "summary.md").read_text())) == 3
     for name in FIGURES:
         assert (tmp_path / "plots" / f"{name}.png").read_bytes().startswith(PNG_SIGNATURE)
+
+
+def test_repeats_are_pooled_to_one_bar_at_their_median(results_dir):
+    """`sweep --repeat 3` records (b001r2, p001r3 ...) become one row per run with the
+    median of the repeats' figures, its speed-up against the pooled baseline."""
+    path = results_dir / "results.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    by_id = {r["run_id"]: r for r in records}
+    extra = []
+    for k, (base_tflops, point_tflops) in ((2, (0.028, 0.050)), (3, (0.034, 0.040))):
+        base = dict(by_id["b001"], run_id=f"b001r{k}", repeat=k, tflops_per_gpu=base_tflops)
+        point = dict(by_id["p001"], run_id=f"p001r{k}", repeat=k, baseline_id=f"b001r{k}",
+                     tflops_per_gpu=point_tflops, speedup_tflops=round(point_tflops / base_tflops, 3))
+        extra += [base, point]
+    path.write_text(path.read_text() + "".join(json.dumps(r) + "\n" for r in extra))
+    done = plot(results_dir)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "11 with repeats" in done.stdout
+    rows = table_rows((results_dir / "plots" / "summary.md").read_text())
+    assert len(rows) == 7  # still one row per run
+    # p001: speed-ups 1.20, 1.786, 1.176 -> median 1.20; tflops 0.036, 0.050, 0.040 -> 0.040
+    p001 = [row for row in rows if by_id["p001"]["label"] in row]
+    assert len(p001) == 1 and "1.20×" in p001[0] and "0.04" in p001[0], p001
