@@ -25,9 +25,18 @@ const std::string kHetpar = HETPAR_BINARY;
 const std::string kRun = HETPAR_SOURCE_DIR "/workloads/runs/quickstart.toml";
 const std::string kEight = " --set run.steps=8 --set run.checkpoint_every=3";  // checkpoints after steps 3 and 6
 
+// A fresh directory of this test process, removed when the process ends.
 std::string scratch(const std::string& name) {
+  struct Made {
+    std::vector<std::string> dirs;
+    ~Made() {
+      for (const std::string& dir : dirs) fs::remove_all(dir);
+    }
+  };
+  static Made made;
   const std::string dir = ::testing::TempDir() + "/ckpt_" + name + "_" + std::to_string(getpid());
   fs::remove_all(dir);
+  made.dirs.push_back(dir);
   return dir;
 }
 

@@ -156,6 +156,30 @@ TEST(Sweep, FailedRunsAreRecordedAndTheSweepGoesOn) {
   EXPECT_NE(output.find("3 failed"), std::string::npos) << output;
 }
 
+// A rank out of memory (an allocation failing as the allocator's does) ends
+// its run with exit code 6 and words that say so; a sweep records the point
+// as "oom" and goes on.
+TEST(Sweep, OutOfMemoryIsAnOutcome) {
+  const std::string out = fresh_dir("sweep_oom");
+  const auto [train_code, train_output] = run_command(
+      "HETPAR_FAULT=1:2:oom " + std::string(HETPAR_BINARY) + " train " HETPAR_SOURCE_DIR
+      "/workloads/runs/quickstart.toml --set runtime.timeout_s=5 --set run.steps=3 --out " + out + "_train");
+  EXPECT_EQ(train_code, 6) << train_output;
+  EXPECT_NE(train_output.find("rank 1 failed first with exit code 6"), std::string::npos) << train_output;
+  EXPECT_NE(train_output.find("out of memory on rank 1 (device cpu)"), std::string::npos) << train_output;
+  const auto [code, output] = run_command("HETPAR_FAULT=1:2:oom " + std::string(HETPAR_BINARY) + " sweep " + kSweeps +
+                                          "/two_points.toml --no-plots --set runtime.timeout_s=5 --out " + out);
+  EXPECT_EQ(code, 1) << output;
+  const std::vector<std::string> lines = lines_of(out + "/results.jsonl");
+  ASSERT_EQ(lines.size(), 3u) << output;
+  for (const std::string& line : lines) {
+    const auto record = nlohmann::json::parse(line);
+    EXPECT_EQ(record["status"], "oom") << line;
+    EXPECT_NE(record["error"].get<std::string>().find("out of memory on rank 1"), std::string::npos) << line;
+  }
+  std::filesystem::remove_all(out + "_train");
+}
+
 // A diverged point is an outcome: recorded, the sweep goes on, and re-runs
 // neither crash nor duplicate records; --retry-failed runs it again; a
 // record torn by a crash is dropped; invalid points are recorded once.

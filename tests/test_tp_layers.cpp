@@ -14,6 +14,7 @@
 #include "tests/dist_harness.hpp"
 #include "tp/parallel_linear.hpp"
 #include "tp/vocab_parallel.hpp"
+#include "train/autocast_scope.hpp"
 
 namespace hetpar::test {
 namespace {
@@ -218,17 +219,20 @@ HETPAR_WORKER(attention) {
   }
 }
 
+// The full weight of one of SwiGluMlp "swiglu"'s projections, as a leaf.
+at::Tensor swiglu_weight(const char* name, int64_t in, int64_t out) {
+  LinearSpec s = spec(std::string("swiglu.") + name, in, out);
+  s.bias = false;
+  return leaf(full_linear_weight(s));
+}
+
 // The Llama MLP: gate and up in one GEMM, silu(gate) * up, down; against the dense three matmuls.
 HETPAR_WORKER(swiglu_mlp) {
   Group& tp = rt.world();
   const MlpSpec m{"swiglu", 8, 16, 42, 0.2};
   SwiGluMlp mlp(m, tp);
-  auto weight = [&](const char* name, int64_t in, int64_t out) {
-    LinearSpec s = spec(std::string("swiglu.") + name, in, out);
-    s.bias = false;
-    return leaf(full_linear_weight(s));
-  };
-  at::Tensor wg = weight("gate_proj", 8, 16), wu = weight("up_proj", 8, 16), wd = weight("down_proj", 16, 8);
+  at::Tensor wg = swiglu_weight("gate_proj", 8, 16), wu = swiglu_weight("up_proj", 8, 16),
+             wd = swiglu_weight("down_proj", 16, 8);
   const at::Tensor x0 = data("x", {3, 5, 8}), r = data("r", {3, 5, 8});
   at::Tensor x = leaf(x0), xr = leaf(x0);
   at::Tensor y = mlp.forward(x);
@@ -261,6 +265,66 @@ HETPAR_WORKER(rope) {
   expect_close(base.grad(), base_ref.grad(), "rope input grad", 1e-6, 1e-7);
 }
 
+// bf16 autocast (run.precision = "bf16"): the TP attention and SwiGLU MLP
+// against the dense fp32 computation. Outputs are bf16, weight gradients fp32,
+// and both within bf16's tolerance of the fp32 values (3e-2 of the largest
+// value: 8-bit mantissas through two or three matmuls) but not equal to them.
+HETPAR_WORKER(bf16_blocks) {
+  Group& tp = rt.world();
+  const double rtol = 3e-2;
+  auto check = [&](const at::Tensor& got, const at::Tensor& want, const std::string& what) {
+    expect_close(got.to(at::kFloat), want, what, rtol, 1e-6);
+    const double scale = want.abs().max().item<double>();
+    require((got.to(at::kFloat) - want).abs().max().item<double>() > 1e-6 * scale, "{}: equal to fp32, bf16 not in effect", what);
+  };
+  AttentionSpec a;
+  a.name = "attn_llm";
+  a.out_name = "o_proj";
+  a.hidden = 32;
+  a.heads = 8;
+  a.kv_heads = 4;
+  a.causal = true;
+  a.seed = 42;
+  a.init_std = 0.2;
+  ParallelAttention attn(a, tp);
+  const at::Tensor x0 = data("x", {2, 6, 32}), r = data("r", {2, 6, 32});
+  at::Tensor x = leaf(x0), xr = leaf(x0);
+  const auto [cos, sin] = rope_tables(6, 4, 10000.0);
+  at::Tensor y;
+  {
+    const AutocastScope autocast(true);
+    y = attn.forward(x, cos, sin);
+  }
+  require(y.scalar_type() == at::kBFloat16, "attention output is {}, not bf16", c10::toString(y.scalar_type()));
+  (y.to(at::kFloat) * r).sum().backward();
+  std::map<std::string, at::Tensor> dense;
+  at::Tensor yr = dense_attention(xr, a, true, dense);
+  (yr * r).sum().backward();
+  check(y, yr.detach(), "bf16 attention output");
+  check(x.grad(), xr.grad(), "bf16 attention input grad");
+  const at::Tensor wo = attn.named_parameters()["o_proj.weight"].grad();
+  require(wo.scalar_type() == at::kFloat, "a weight gradient is {}, not fp32", c10::toString(wo.scalar_type()));
+  check(wo, shard(dense.at("o_proj.weight").grad(), 1, tp.rank(), tp.size()), "bf16 o_proj weight grad");
+
+  const MlpSpec m{"swiglu", 8, 16, 42, 0.2};
+  SwiGluMlp mlp(m, tp);
+  at::Tensor wg = swiglu_weight("gate_proj", 8, 16), wu = swiglu_weight("up_proj", 8, 16),
+             wd = swiglu_weight("down_proj", 16, 8);
+  const at::Tensor u0 = data("u", {3, 5, 8}), q = data("q", {3, 5, 8});
+  at::Tensor u = leaf(u0), ur = leaf(u0);
+  at::Tensor z;
+  {
+    const AutocastScope autocast(true);
+    z = mlp.forward(u);
+  }
+  (z.to(at::kFloat) * q).sum().backward();
+  at::Tensor zr = at::linear(at::silu(at::linear(ur, wg)) * at::linear(ur, wu), wd);
+  (zr * q).sum().backward();
+  check(z, zr.detach(), "bf16 mlp output");
+  check(mlp.named_parameters()["down_proj.weight"].grad(), shard(wd.grad(), 1, tp.rank(), tp.size()),
+        "bf16 down weight grad");
+}
+
 class TpLayers : public ::testing::TestWithParam<int> {};
 
 #define TP_LAYER_TEST(name) \
@@ -274,6 +338,7 @@ TP_LAYER_TEST(vocab_parallel_embedding)
 TP_LAYER_TEST(vocab_parallel_cross_entropy)
 TP_LAYER_TEST(attention)
 TP_LAYER_TEST(swiglu_mlp)
+TP_LAYER_TEST(bf16_blocks)
 
 TEST(Rope, OneFunctionMatchesTheRotateHalfFormula) { EXPECT_TRUE(all_ranks_succeeded(run_workers("rope", 1))); }
 

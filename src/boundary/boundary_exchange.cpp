@@ -44,17 +44,18 @@ std::vector<Group::Pending> post_rows(const at::Tensor& rows, const BoundaryExch
 }
 
 // Receives what post_rows sent this rank: [out_rows, hidden], each row at its recv_index.
-at::Tensor receive_rows(const BoundaryExchange::Route& route, int64_t out_rows, int64_t hidden, Group& group, int tag) {
+at::Tensor receive_rows(const BoundaryExchange::Route& route, int64_t out_rows, int64_t hidden, Group& group, int tag,
+                        at::ScalarType dtype) {
   std::vector<Group::Pending> pending;
   for (int peer = 0; peer < group.size(); ++peer) {
     const int64_t count = route.recv_counts[peer];
     if (count == 0) continue;
     if (peer == group.rank()) throw std::logic_error("boundary point-to-point path: a rank receives rows from itself");
-    pending.push_back(group.irecv(at::empty({count, hidden}), peer, tag));
+    pending.push_back(group.irecv(at::empty({count, hidden}, dtype), peer, tag));
   }
   std::vector<at::Tensor> parts;
   for (Group::Pending& p : pending) parts.push_back(p.wait());
-  const at::Tensor out = at::zeros({out_rows, hidden});
+  const at::Tensor out = at::zeros({out_rows, hidden}, dtype);
   if (parts.empty()) return out;
   return out.index_copy(0, at::tensor(route.recv_index, at::kLong), at::cat(parts));
 }
@@ -143,16 +144,16 @@ std::vector<Group::Pending> BoundaryExchange::post_forward(const at::Tensor& enc
   return post_rows(encoder_rows.detach(), forward_, group_, tag);
 }
 
-at::Tensor BoundaryExchange::receive_forward(int64_t hidden, int tag) const {
-  return receive_rows(forward_, needed_rows(), hidden, group_, tag);
+at::Tensor BoundaryExchange::receive_forward(int64_t hidden, int tag, at::ScalarType dtype) const {
+  return receive_rows(forward_, needed_rows(), hidden, group_, tag, dtype);
 }
 
 std::vector<Group::Pending> BoundaryExchange::post_backward(const at::Tensor& grad_rows, int tag) const {
   return post_rows(grad_rows, backward_, group_, tag);
 }
 
-at::Tensor BoundaryExchange::receive_backward(int64_t hidden, int tag) const {
-  return receive_rows(backward_, encoder_rows_, hidden, group_, tag);
+at::Tensor BoundaryExchange::receive_backward(int64_t hidden, int tag, at::ScalarType dtype) const {
+  return receive_rows(backward_, encoder_rows_, hidden, group_, tag, dtype);
 }
 
 }  // namespace hetpar

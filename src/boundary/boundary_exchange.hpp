@@ -35,11 +35,13 @@ class BoundaryExchange {
   // them, and the gradients come back the same way. Only data moves, so the
   // caller wires autograd: the LLM side receives a leaf, the encoder side
   // calls backward on its rows with the gradient it receives. `tag` tells
-  // micro-batches apart; a rank may not send to itself on this path.
+  // micro-batches apart; a rank may not send to itself on this path. The
+  // receiver names the dtype the sender's rows have (the run's activations).
   std::vector<Group::Pending> post_forward(const at::Tensor& encoder_rows, int tag) const;
-  at::Tensor receive_forward(int64_t hidden, int tag) const;  // [needed_rows(), hidden]
+  at::Tensor receive_forward(int64_t hidden, int tag, at::ScalarType dtype = at::kFloat) const;  // [needed_rows(), hidden]
   std::vector<Group::Pending> post_backward(const at::Tensor& grad_rows, int tag) const;
-  at::Tensor receive_backward(int64_t hidden, int tag) const;  // [this rank's encoder rows, hidden]
+  // [this rank's encoder rows, hidden]
+  at::Tensor receive_backward(int64_t hidden, int tag, at::ScalarType dtype = at::kFloat) const;
 
   int64_t needed_rows() const { return static_cast<int64_t>(needed_.size()); }
   // (image, token) of each returned row.

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "interop/hf_model_config.hpp"
 #include "launch/local_launcher.hpp"
 #include "launch/local_limits.hpp"
 #include "util/log.hpp"
@@ -14,8 +15,10 @@ std::string self_executable() {
   return path.string();
 }
 
-void add_job_options(CLI::App& cmd, JobArgs& args) {
-  cmd.add_option("config", args.config, "run file (TOML)")->required();
+void add_job_options(CLI::App& cmd, JobArgs& args, bool config_required) {
+  cmd.add_option("config", args.config,
+                 config_required ? "run file (TOML)" : "run file (TOML); without one the model is --init-hf's")
+      ->required(config_required);
   cmd.add_option("--set", args.overrides, "override one key of the run file: --set layout.llm.tp=2 (repeatable)");
   cmd.add_option("--nproc", args.nproc,
                  "spawn this many local ranks (default: as many as the layout needs); "
@@ -26,6 +29,25 @@ void add_job_options(CLI::App& cmd, JobArgs& args) {
                "must not start thousands of processes)");
   cmd.footer("\nTHE RUN FILE\n" + describe_run_file());
 }
+
+namespace {
+
+// The run file, or with --init-hf and no run file the checkpoint's config.json;
+// either way the model must be the checkpoint's.
+RunConfig load_job_config(const JobArgs& args, bool say_notes) {
+  if (args.hf_model_dir.empty()) return load_run_config(args.config, args.overrides);
+  const HfModelConfig hf = read_hf_model_config(args.hf_model_dir);
+  hf_weight_files(args.hf_model_dir);  // the weights are there, before any rank starts
+  if (say_notes) {
+    for (const std::string& note : hf.notes) log_info("{}: {}", hf.file, note);
+  }
+  RunConfig config = args.config.empty() ? load_run_config_text(hf_model_toml(hf), hf.file, args.overrides)
+                                         : load_run_config(args.config, args.overrides);
+  check_matches_hf_model(config, hf);
+  return config;
+}
+
+}  // namespace
 
 int run_job(const std::string& subcommand, const JobArgs& args, const std::vector<std::string>& rank_args,
             const std::function<int(const RunConfig&, const LaunchEnv&)>& rank_main, bool needs_full_model,
@@ -38,7 +60,8 @@ int run_job(const std::string& subcommand, const JobArgs& args, const std::vecto
     die(kExitConfigError, std::string("launch environment: ") + e.what());
   }
   try {
-    config = load_run_config(args.config, args.overrides);
+    // Said once: by the local launcher, or by rank 0 of an outside one.
+    config = load_job_config(args, !env || (env->rank == 0 && env->launcher != "local"));
     check_trainer_supports(config);
     if (needs_full_model && config.placement.placement == Placement::NonColocated) {
       throw ConfigError(config.source_file, "layout.placement",
@@ -71,12 +94,13 @@ int run_job(const std::string& subcommand, const JobArgs& args, const std::vecto
 
   LocalLaunchSpec spec;
   spec.nproc = config.placement.world_size;
-  spec.argv = {self_executable(), subcommand, args.config};
+  spec.argv = {self_executable(), subcommand};
+  if (!args.config.empty()) spec.argv.push_back(args.config);
   for (const auto& o : args.overrides) spec.argv.insert(spec.argv.end(), {"--set", o});
   spec.argv.insert(spec.argv.end(), rank_args.begin(), rank_args.end());
   spec.intra_op_threads = static_cast<int>(config.runtime.intra_op_threads);
   spec.grace = std::chrono::milliseconds(static_cast<int64_t>(config.runtime.timeout_s * 1000) + 5000);
-  log_info("hetpar: launching {} local ranks for {}", spec.nproc, args.config);
+  log_info("hetpar: launching {} local ranks for {}", spec.nproc, config.source_file);
   const LaunchResult result = launch_local(spec);
   if (result.exit_code == kExitDiverged) {
     log_error("the run diverged after {:.1f} s (exit code {}); its steps and summary record where", result.wall_seconds,

@@ -15,8 +15,9 @@
 namespace hetpar {
 
 struct JobArgs {
-  std::string config;
+  std::string config;                  // empty: the model from hf_model_dir, defaults for the rest
   std::vector<std::string> overrides;  // --set key=value
+  std::string hf_model_dir;            // --init-hf: its config.json is the model, a run file must agree
   int nproc = 0;                       // 0: as many as the layout needs
   bool oversubscribe = false;          // start more local ranks than 4 per core
 };
@@ -25,7 +26,7 @@ struct JobArgs {
 // The path of this executable, which launchers and sweeps start again.
 std::string self_executable();
 
-void add_job_options(CLI::App& cmd, JobArgs& args);
+void add_job_options(CLI::App& cmd, JobArgs& args, bool config_required = true);
 
 // Loads and checks the config (exit 2 on error). Without a launch environment
 // it checks that this machine can host the job's ranks and memory, runs

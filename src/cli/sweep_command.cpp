@@ -103,7 +103,7 @@ CLI::App* add_sweep_command(CLI::App& app, SweepArgs& args) {
   cmd->add_flag("--dry-run", args.dry_run, "validate and list the points with ranks and FLOPs; run nothing");
   cmd->add_flag("--fresh", args.fresh,
                 "discard earlier results instead of resuming (only in a directory an earlier hetpar sweep made)");
-  cmd->add_flag("--retry-failed", args.retry_failed, "when resuming, run again the runs that failed or diverged");
+  cmd->add_flag("--retry-failed", args.retry_failed, "when resuming, run again the runs that failed, diverged or ran out of memory");
   cmd->add_flag("--no-plots", args.no_plots, "skip drawing the figures");
   cmd->add_option("--run-timeout", args.run_timeout_s, "seconds one run may take before it is killed")
       ->check(CLI::PositiveNumber);

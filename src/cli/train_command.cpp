@@ -69,11 +69,10 @@ int run_train(const TrainArgs& args) {
       }
     }
     if (!outputs.resume.empty()) check_resume(outputs.resume, config);
-    if (!outputs.init_hf.empty() && !std::filesystem::exists(outputs.init_hf + "/model.safetensors")) {
-      throw ConfigError("command line", "--init-hf", "no such file: " + outputs.init_hf + "/model.safetensors");
-    }
   };
-  return run_job("train", args.job, rank_args, [&](const RunConfig& config, const LaunchEnv& env) {
+  JobArgs job = args.job;
+  job.hf_model_dir = args.outputs.init_hf;
+  return run_job("train", job, rank_args, [&](const RunConfig& config, const LaunchEnv& env) {
     return run_train_job(config, env, outputs_of(config));
   }, !args.outputs.init_hf.empty() || !args.outputs.save_hf.empty(), check_outputs);
 }

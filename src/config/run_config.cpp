@@ -184,6 +184,15 @@ void check_consistency(const TomlDocument& doc, const RunConfig& c) {
                         "must be a multiple of " + rule.divisor_text + ", got " + num(rule.value));
     }
   }
+  if (c.llm.image_token_id >= c.llm.vocab_size) {
+    throw ConfigError(file_of(doc, {"llm.image_token_id", "llm.vocab_size"}), "llm.image_token_id",
+                      "must be below llm.vocab_size = " + num(c.llm.vocab_size) + ", got " +
+                          num(c.llm.image_token_id));
+  }
+  if (c.encoder.drop_first_token && c.encoder.patches_per_image() < 2) {
+    throw ConfigError(file_of(doc, {"encoder.drop_first_token", "encoder.image_size", "encoder.patch_size"}),
+                      "encoder.drop_first_token", "an image of one patch has no token left once its first is dropped");
+  }
   // RoPE rotates pairs of channels: the LLM's head size must be even.
   if ((c.llm.hidden / c.llm.heads) % 2 != 0) {
     throw ConfigError(file_of(doc, {"llm.hidden", "llm.heads"}), "llm.hidden",
@@ -230,8 +239,10 @@ std::string wrapped(const std::string& words, size_t column, size_t indent) {
 
 }  // namespace
 
-RunConfig load_run_config(const std::string& file, const std::vector<std::string>& overrides) {
-  TomlDocument doc = TomlDocument::load(file);
+namespace {
+
+RunConfig config_of(TomlDocument doc, const std::vector<std::string>& overrides) {
+  const std::string file = doc.file();
   for (const std::string& assignment : overrides) doc.apply_override(assignment);
   check_table(doc.root(), "", doc);  // unknown keys first: a typo explains later errors
 
@@ -254,6 +265,17 @@ RunConfig load_run_config(const std::string& file, const std::vector<std::string
   }
   check_consistency(doc, config);
   return config;
+}
+
+}  // namespace
+
+RunConfig load_run_config(const std::string& file, const std::vector<std::string>& overrides) {
+  return config_of(TomlDocument::load(file), overrides);
+}
+
+RunConfig load_run_config_text(const std::string& toml_text, const std::string& origin,
+                               const std::vector<std::string>& overrides) {
+  return config_of(TomlDocument::from_text(toml_text, origin), overrides);
 }
 
 void check_trainer_supports(const RunConfig& c) {

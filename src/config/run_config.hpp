@@ -19,6 +19,7 @@ struct RunSection {
   int64_t timing_warmup_steps = 1;  // left out of the run's timing summary
   int64_t checkpoint_every = 0;     // steps between checkpoints; 0 = none
   int64_t checkpoint_keep = 2;      // newest complete checkpoints kept
+  std::string precision = "auto";   // fp32 | bf16 | auto (bf16 on a GPU, fp32 on CPU)
 };
 
 struct EncoderConfig {     // ViT (SigLIP/CLIP style)
@@ -30,7 +31,13 @@ struct EncoderConfig {     // ViT (SigLIP/CLIP style)
   int64_t heads = 4;
   int64_t mlp_hidden = 256;
   bool frozen = false;
-  int64_t tokens_per_image() const { return (image_size / patch_size) * (image_size / patch_size); }
+  double norm_eps = 1e-6;                          // LayerNorm epsilon
+  std::string hidden_act = "gelu_pytorch_tanh";    // MLP activation: gelu_pytorch_tanh | gelu (exact)
+  std::string projector_act = "gelu_pytorch_tanh"; // projector activation, same choices
+  bool drop_first_token = false;                   // the first patch token is not passed on (a CLS slot)
+  int64_t patches_per_image() const { return (image_size / patch_size) * (image_size / patch_size); }
+  // Embedding rows an image becomes in the LLM.
+  int64_t tokens_per_image() const { return patches_per_image() - (drop_first_token ? 1 : 0); }
 };
 
 struct LlmConfig {         // Llama style
@@ -41,6 +48,9 @@ struct LlmConfig {         // Llama style
   int64_t kv_heads = 2;
   int64_t ffn_hidden = 192;
   int64_t seq_len = 128;
+  double norm_eps = 1e-5;       // RMSNorm epsilon
+  double rope_theta = 10000.0;  // RoPE base
+  int64_t image_token_id = 2;   // the placeholder id image rows replace
 };
 
 struct DataConfig {
@@ -87,12 +97,22 @@ struct RunConfig {
   ModulePlacement placement;      // derived from `layout` by validation
 };
 
+// Whether the run computes in bf16 (autocast: fp32 weights, gradients and
+// optimizer; bf16 matmuls and activations). "auto" is fp32 until runs have a
+// device other than the CPU.
+inline bool computes_in_bf16(const RunConfig& config) { return config.run.precision == "bf16"; }
+
 // Parses FILE, applies its `include = [...]` files (paths relative to the
 // including file; the including file wins on conflicts) and then each
 // override "dotted.key=value" (value in TOML syntax; a bare word is a string),
 // validates everything and returns the resolved config.
 // Throws ConfigError (file, key, reason) on the first problem.
 RunConfig load_run_config(const std::string& file, const std::vector<std::string>& overrides);
+
+// The same for a run with no file: TOML_TEXT (the keys a checkpoint's
+// config.json sets) stands for it, named ORIGIN in errors and as the source.
+RunConfig load_run_config_text(const std::string& toml_text, const std::string& origin,
+                               const std::vector<std::string>& overrides);
 
 // What the trainer can run today (the config format already describes
 // more): throws ConfigError naming the layout otherwise.

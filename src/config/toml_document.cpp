@@ -156,6 +156,10 @@ TomlDocument TomlDocument::load(const std::string& file) {
   return TomlDocument(file, load_with_includes(file, chain));
 }
 
+TomlDocument TomlDocument::from_text(const std::string& text, const std::string& origin) {
+  return TomlDocument(origin, parse_or_throw(text, origin));
+}
+
 void TomlDocument::apply_override(const std::string& assignment) {
   const std::string origin(kOverrideOrigin);
   const auto equals = assignment.find('=');

@@ -26,6 +26,8 @@ class TomlDocument {
   // including file). Tables are deep-merged; the including file wins, and of two
   // includes the later one wins. Throws ConfigError.
   static TomlDocument load(const std::string& file);
+  // TEXT as a document of its own, errors and origins naming ORIGIN.
+  static TomlDocument from_text(const std::string& text, const std::string& origin);
 
   // Applies "dotted.key=value". VALUE is TOML ("2", "true", "[1, 2]", "\"s\"");
   // anything that does not parse as one TOML value is taken as a string.

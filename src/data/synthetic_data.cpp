@@ -31,6 +31,11 @@ SyntheticData::SyntheticData(const EncoderConfig& encoder, const LlmConfig& llm,
   }
 }
 
+int64_t SyntheticData::text_token(int64_t index) const {
+  const int64_t id = kBosToken + 1 + index;  // the ids above BOS, the placeholder skipped
+  return id < llm_.image_token_id ? id : id + 1;
+}
+
 SampleText SyntheticData::text(int64_t step, int64_t sample) const {
   std::mt19937_64 rng(sample_seed(seed_, step, sample, 1));
   const int64_t k = std::uniform_int_distribution<int64_t>(data_.images_min, data_.images_max)(rng);
@@ -46,15 +51,15 @@ SampleText SyntheticData::text(int64_t step, int64_t sample) const {
       const int cls = std::uniform_int_distribution<int>(0, kImageClasses - 1)(rng);
       s.image_classes.push_back(cls);
       stride = cls + 2;
-      s.ids.insert(s.ids.end(), tpi, kImageToken);
+      s.ids.insert(s.ids.end(), tpi, llm_.image_token_id);
     }
     const int64_t length = text_total / segments + (j + 1 == segments ? text_total % segments : 0);
     int64_t token = std::uniform_int_distribution<int64_t>(0, text_vocab - 1)(rng);
-    for (int64_t t = 0; t < length; ++t, token = (token + stride) % text_vocab) s.ids.push_back(kFirstTextToken + token);
+    for (int64_t t = 0; t < length; ++t, token = (token + stride) % text_vocab) s.ids.push_back(text_token(token));
   }
   s.targets.assign(s.ids.size(), -100);
   for (size_t i = 0; i + 1 < s.ids.size(); ++i) {
-    if (s.ids[i + 1] >= kFirstTextToken) s.targets[i] = s.ids[i + 1];
+    if (s.ids[i + 1] > kBosToken && s.ids[i + 1] != llm_.image_token_id) s.targets[i] = s.ids[i + 1];
   }
   return s;
 }
@@ -81,7 +86,7 @@ MicroBatch SyntheticData::micro_batch(int64_t step, int64_t first, int64_t count
   MicroBatch b;
   b.ids = at::tensor(ids, at::kLong).view({count, llm_.seq_len});
   b.targets = at::tensor(targets, at::kLong).view({count, llm_.seq_len});
-  b.image_mask = b.ids == kImageToken;
+  b.image_mask = b.ids == llm_.image_token_id;
   b.images = image_count;
   b.pixels = images.empty()
                  ? at::zeros({0, encoder_.channels, encoder_.image_size, encoder_.image_size}, at::kFloat)

@@ -20,8 +20,8 @@
 namespace hetpar {
 
 inline constexpr int64_t kBosToken = 1;
-inline constexpr int64_t kImageToken = 2;
-inline constexpr int64_t kFirstTextToken = 3;
+inline constexpr int64_t kImageToken = 2;      // llm.image_token_id's default
+inline constexpr int64_t kFirstTextToken = 3;  // pad, BOS and the placeholder come first: vocab - 3 text ids
 inline constexpr int kImageClasses = 8;
 
 struct SampleText {
@@ -54,6 +54,8 @@ class SyntheticData {
   int64_t images_in_step(int64_t step) const;
 
  private:
+  // The INDEX-th text id: the ids above BOS, llm.image_token_id skipped.
+  int64_t text_token(int64_t index) const;
   EncoderConfig encoder_;
   LlmConfig llm_;
   DataConfig data_;

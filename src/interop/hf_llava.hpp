@@ -24,9 +24,13 @@ std::string llava_config_json(const RunConfig& config);
 void save_hf(const RunConfig& config, const MultimodalModel& model, Group& encoder_tp, Group& llm_tp, bool write,
              const std::string& dir);
 
-// Loads DIR/model.safetensors into the model: each rank copies its shard of
-// every full tensor. Throws std::runtime_error naming a missing tensor or a
-// shape that does not match the run's config.
-void load_hf(const MultimodalModel& model, Group& encoder_tp, Group& llm_tp, const std::string& dir);
+// Loads DIR's weights (model.safetensors or its shards, in either key layout
+// transformers writes) into the model: each rank copies its shard of every
+// full tensor. Returns a one-line note of the tensors a LLaVA holds but never
+// uses (the SigLIP pooling head, its final LayerNorm, tower layers after the
+// feature layer), "" when none. Throws std::runtime_error naming a missing
+// tensor, one the model has no place for, or a shape that does not match the
+// run's config.
+std::string load_hf(const MultimodalModel& model, Group& encoder_tp, Group& llm_tp, const std::string& dir);
 
 }  // namespace hetpar

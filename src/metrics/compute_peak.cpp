@@ -7,9 +7,10 @@
 
 namespace hetpar {
 
-double measure_cpu_gemm_flops(double seconds) {
+double measure_cpu_gemm_flops(double seconds, bool bf16) {
   constexpr int64_t n = 384;  // big enough for the blocked kernel, small enough to stay in cache
-  const at::Tensor a = at::rand({n, n}), b = at::rand({n, n});
+  const at::ScalarType dtype = bf16 ? at::kBFloat16 : at::kFloat;
+  const at::Tensor a = at::rand({n, n}, dtype), b = at::rand({n, n}, dtype);
   at::Tensor c = at::mm(a, b);  // warm-up
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();

@@ -13,8 +13,8 @@ struct ComputePeak {
   std::string source;           // how it was obtained, for the log and the results
 };
 
-// fp32 GEMM FLOP/s of this process: square matmuls for about `seconds`.
-double measure_cpu_gemm_flops(double seconds = 0.3);
+// GEMM FLOP/s of this process, fp32 or bf16: square matmuls for about `seconds`.
+double measure_cpu_gemm_flops(double seconds = 0.3, bool bf16 = false);
 
 // A readable name of this machine's CPU ("cpu: <model name>").
 std::string cpu_device_name();

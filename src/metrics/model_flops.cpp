@@ -43,9 +43,9 @@ TransformerShape llm_shape(const LlmConfig& l) {
 }
 
 double encoder_forward_flops_per_image(const EncoderConfig& e) {
-  const double tokens = static_cast<double>(e.tokens_per_image());
-  const double patch = matmul(tokens, static_cast<double>(e.channels * e.patch_size * e.patch_size), e.hidden);
-  return patch + transformer_forward_flops(encoder_shape(e), 1, e.tokens_per_image());
+  const double patches = static_cast<double>(e.patches_per_image());
+  const double patch = matmul(patches, static_cast<double>(e.channels * e.patch_size * e.patch_size), e.hidden);
+  return patch + transformer_forward_flops(encoder_shape(e), 1, e.patches_per_image());
 }
 
 double projector_forward_flops_per_image(const EncoderConfig& e, const LlmConfig& l) {
@@ -106,7 +106,7 @@ int64_t encoder_parameters(const EncoderConfig& e) {
   const int64_t h = e.hidden, m = e.mlp_hidden;
   const int64_t patch = e.channels * e.patch_size * e.patch_size * h + h;
   const int64_t block = 2 * h + 4 * (h * h + h) + 2 * h + (h * m + m) + (m * h + h);  // LNs, q/k/v/o, fc1, fc2
-  return patch + e.tokens_per_image() * h + e.layers * block;
+  return patch + e.patches_per_image() * h + e.layers * block;
 }
 
 int64_t projector_parameters(const EncoderConfig& e, const LlmConfig& l) {

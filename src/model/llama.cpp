@@ -3,15 +3,8 @@
 #include <ATen/ATen.h>
 
 namespace hetpar {
-namespace {
-
-constexpr double kRmsEps = 1e-5;
-constexpr double kRopeTheta = 10000.0;
-
-}  // namespace
-
 LlamaBlock::LlamaBlock(const LlmConfig& c, const std::string& name, uint64_t seed, Group& tp) {
-  input_norm_ = register_module("input_layernorm", std::make_shared<RMSNorm>(c.hidden, kRmsEps));
+  input_norm_ = register_module("input_layernorm", std::make_shared<RMSNorm>(c.hidden, c.norm_eps));
   AttentionSpec a;
   a.name = name + ".self_attn";
   a.out_name = "o_proj";
@@ -21,7 +14,7 @@ LlamaBlock::LlamaBlock(const LlmConfig& c, const std::string& name, uint64_t see
   a.causal = true;
   a.seed = seed;
   attn_ = register_module("self_attn", std::make_shared<ParallelAttention>(a, tp));
-  post_attention_norm_ = register_module("post_attention_layernorm", std::make_shared<RMSNorm>(c.hidden, kRmsEps));
+  post_attention_norm_ = register_module("post_attention_layernorm", std::make_shared<RMSNorm>(c.hidden, c.norm_eps));
   mlp_ = register_module("mlp", std::make_shared<SwiGluMlp>(MlpSpec{name + ".mlp", c.hidden, c.ffn_hidden, seed, 0.02}, tp));
 }
 
@@ -38,7 +31,7 @@ LlamaModel::LlamaModel(const LlmConfig& c, uint64_t seed, Group& tp) : config_(c
     const std::string name = "llm.layers." + std::to_string(i);
     blocks_.push_back(layers->register_module(std::to_string(i), std::make_shared<LlamaBlock>(c, name, seed, tp)));
   }
-  norm_ = register_module("norm", std::make_shared<RMSNorm>(c.hidden, kRmsEps));
+  norm_ = register_module("norm", std::make_shared<RMSNorm>(c.hidden, c.norm_eps));
   LinearSpec head;
   head.name = "llm.lm_head";
   head.in = c.hidden;
@@ -46,14 +39,14 @@ LlamaModel::LlamaModel(const LlmConfig& c, uint64_t seed, Group& tp) : config_(c
   head.bias = false;
   head.seed = seed;
   lm_head_ = register_module("lm_head", std::make_shared<ColumnParallelLinear>(head, tp));
-  std::tie(rope_cos_, rope_sin_) = rope_tables(c.seq_len, c.hidden / c.heads, kRopeTheta);
+  std::tie(rope_cos_, rope_sin_) = rope_tables(c.seq_len, c.hidden / c.heads, c.rope_theta);
 }
 
 at::Tensor LlamaModel::forward(const at::Tensor& ids, const at::Tensor& image_rows, const at::Tensor& image_mask) {
   at::Tensor x = embed_->forward(ids);
   // Splice even zero rows: the boundary's backward must run on every rank,
   // also on one whose samples hold no image in this micro-batch.
-  if (image_rows.defined()) x = x.masked_scatter(image_mask.unsqueeze(-1), image_rows);
+  if (image_rows.defined()) x = x.masked_scatter(image_mask.unsqueeze(-1), image_rows.to(x.scalar_type()));
   const int64_t s = ids.size(1);
   const at::Tensor cos = rope_cos_.narrow(0, 0, s), sin = rope_sin_.narrow(0, 0, s);
   for (auto& block : blocks_) x = block->forward(x, cos, sin);
@@ -61,7 +54,9 @@ at::Tensor LlamaModel::forward(const at::Tensor& ids, const at::Tensor& image_ro
 }
 
 at::Tensor LlamaModel::loss_sum(const at::Tensor& logits, const at::Tensor& targets) {
-  return vocab_parallel_cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}), tp_).sum();
+  // In fp32 whatever the logits' precision: the softmax's sums are where bf16 loses most.
+  return vocab_parallel_cross_entropy(logits.reshape({-1, logits.size(-1)}).to(at::kFloat), targets.reshape({-1}), tp_)
+      .sum();
 }
 
 }  // namespace hetpar

@@ -18,7 +18,11 @@ LinearSpec linear(const MlpSpec& s, const char* name, int64_t in, int64_t out, b
 
 }  // namespace
 
-GeluMlp::GeluMlp(const MlpSpec& s, Group& tp, const char* fc1, const char* fc2, int64_t out) {
+GeluMlp::GeluMlp(const MlpSpec& s, Group& tp, const char* fc1, const char* fc2, int64_t out)
+    : approximate_(s.activation == "gelu" ? "none" : "tanh") {
+  if (s.activation != "gelu" && s.activation != "gelu_pytorch_tanh") {
+    throw std::invalid_argument(s.name + ": unknown activation " + s.activation);
+  }
   fc1_ = register_module(fc1, std::make_shared<ColumnParallelLinear>(linear(s, fc1, s.hidden, s.ffn_hidden, true), tp));
   fc2_ = register_module(fc2, std::make_shared<RowParallelLinear>(
                                   linear(s, fc2, s.ffn_hidden, out ? out : s.hidden, true), tp));

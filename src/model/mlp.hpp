@@ -16,15 +16,18 @@ struct MlpSpec {
   int64_t ffn_hidden = 0;
   uint64_t seed = 0;
   double init_std = 0.02;
+  std::string activation = "gelu_pytorch_tanh";  // GeluMlp: gelu_pytorch_tanh or gelu (exact erf)
 };
 
-// fc2(gelu_tanh(fc1(x))), with biases: the ViT block's MLP and the projector.
+// fc2(gelu(fc1(x))), with biases, gelu exact or in its tanh form: the ViT
+// block's MLP and the projector.
 class GeluMlp : public torch::nn::Module {
  public:
   GeluMlp(const MlpSpec& spec, Group& tp, const char* fc1 = "fc1", const char* fc2 = "fc2", int64_t out = 0);
-  at::Tensor forward(const at::Tensor& x) { return fc2_->forward(at::gelu(fc1_->forward(x), "tanh")); }
+  at::Tensor forward(const at::Tensor& x) { return fc2_->forward(at::gelu(fc1_->forward(x), approximate_)); }
 
  private:
+  std::string approximate_;  // at::gelu's "tanh" or "none"
   std::shared_ptr<ColumnParallelLinear> fc1_;
   std::shared_ptr<RowParallelLinear> fc2_;
 };

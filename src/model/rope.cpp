@@ -8,8 +8,9 @@ namespace {
 
 // out = rotate(x) by +angle (sign 1) or -angle (sign -1):
 //   out_lo = x_lo * cos - sign * x_hi * sin,  out_hi = x_hi * cos + sign * x_lo * sin
-at::Tensor rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, double sign) {
+at::Tensor rotate(const at::Tensor& x, const at::Tensor& cos_table, const at::Tensor& sin_table, double sign) {
   const int64_t half = x.size(-1) / 2;
+  const at::Tensor cos = cos_table.to(x.scalar_type()), sin = sin_table.to(x.scalar_type());  // bf16 under autocast
   const at::Tensor lo = x.narrow(-1, 0, half), hi = x.narrow(-1, half, half);
   at::Tensor out = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
   at::Tensor out_lo = out.narrow(-1, 0, half), out_hi = out.narrow(-1, half, half);

@@ -5,11 +5,6 @@
 #include "model/param_init.hpp"
 
 namespace hetpar {
-namespace {
-
-constexpr double kEncoderLnEps = 1e-6;
-
-}  // namespace
 
 at::Tensor patchify(const at::Tensor& pixels, int64_t p) {
   const int64_t n = pixels.size(0), c = pixels.size(1), gh = pixels.size(2) / p, gw = pixels.size(3) / p;
@@ -17,7 +12,7 @@ at::Tensor patchify(const at::Tensor& pixels, int64_t p) {
 }
 
 VitBlock::VitBlock(const EncoderConfig& c, const std::string& name, uint64_t seed, Group& tp) {
-  ln1_ = register_module("layer_norm1", std::make_shared<LayerNorm>(c.hidden, kEncoderLnEps));
+  ln1_ = register_module("layer_norm1", std::make_shared<LayerNorm>(c.hidden, c.norm_eps));
   AttentionSpec a;
   a.name = name + ".self_attn";
   a.out_name = "out_proj";
@@ -26,8 +21,8 @@ VitBlock::VitBlock(const EncoderConfig& c, const std::string& name, uint64_t see
   a.bias = true;
   a.seed = seed;
   attn_ = register_module("self_attn", std::make_shared<ParallelAttention>(a, tp));
-  ln2_ = register_module("layer_norm2", std::make_shared<LayerNorm>(c.hidden, kEncoderLnEps));
-  MlpSpec m{name + ".mlp", c.hidden, c.mlp_hidden, seed, 0.02};
+  ln2_ = register_module("layer_norm2", std::make_shared<LayerNorm>(c.hidden, c.norm_eps));
+  MlpSpec m{name + ".mlp", c.hidden, c.mlp_hidden, seed, 0.02, c.hidden_act};
   mlp_ = register_module("mlp", std::make_shared<GeluMlp>(m, tp));
 }
 
@@ -45,7 +40,7 @@ VisionEncoder::VisionEncoder(const EncoderConfig& c, uint64_t seed, Group& tp) :
   patch_bias = patch->register_parameter("bias", at::zeros({c.hidden}));
   auto position = register_module("position_embedding", std::make_shared<torch::nn::Module>());
   position_embedding = position->register_parameter(
-      "weight", init_normal(seed, "vision.position_embedding.weight", {c.tokens_per_image(), c.hidden}, 0.02));
+      "weight", init_normal(seed, "vision.position_embedding.weight", {c.patches_per_image(), c.hidden}, 0.02));
   auto layers = register_module("layers", std::make_shared<torch::nn::Module>());
   for (int64_t i = 0; i < c.layers; ++i) {
     const std::string name = "vision.layers." + std::to_string(i);
@@ -56,11 +51,11 @@ VisionEncoder::VisionEncoder(const EncoderConfig& c, uint64_t seed, Group& tp) :
 at::Tensor VisionEncoder::forward(const at::Tensor& pixels) {
   at::Tensor x = at::linear(patchify(pixels, config_.patch_size), patch_weight, patch_bias) + position_embedding;
   for (auto& block : blocks_) x = block->forward(x);
-  return x;
+  return config_.drop_first_token ? x.narrow(1, 1, x.size(1) - 1) : x;
 }
 
 std::shared_ptr<GeluMlp> make_projector(const EncoderConfig& encoder, const LlmConfig& llm, uint64_t seed, Group& tp) {
-  MlpSpec m{"projector", encoder.hidden, llm.hidden, seed, 0.02};
+  MlpSpec m{"projector", encoder.hidden, llm.hidden, seed, 0.02, encoder.projector_act};
   return std::make_shared<GeluMlp>(m, tp, "linear_1", "linear_2", llm.hidden);
 }
 

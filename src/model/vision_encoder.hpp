@@ -2,8 +2,9 @@
 // flattened C x p x p patch, i.e. a stride-p convolution), learned positions,
 // pre-LN blocks with bidirectional attention and a GELU MLP. The features are
 // the last block's output, as multimodal LLMs take them (no final LayerNorm:
-// LLaVA reads the tower's hidden states, which precede it). Heads and MLP are
-// sharded over the encoder's TP group.
+// LLaVA reads the tower's hidden states, which precede it), less the first
+// token where `drop_first_token` says so. Heads and MLP are sharded over the
+// encoder's TP group.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -41,7 +42,7 @@ class VisionEncoder : public torch::nn::Module {
   std::vector<std::shared_ptr<VitBlock>> blocks_;
 };
 
-// Encoder hidden -> LLM hidden: linear_2(gelu(linear_1(x))), on the encoder's TP group.
+// Encoder hidden -> LLM hidden: linear_2(act(linear_1(x))), on the encoder's TP group.
 std::shared_ptr<GeluMlp> make_projector(const EncoderConfig& encoder, const LlmConfig& llm, uint64_t seed, Group& tp);
 
 // [N, C, H, W] -> [N, (H/p)(W/p), C*p*p], patches in row-major order.

@@ -75,15 +75,15 @@ SweepVerdict sweep_report(const std::vector<Json>& records, const SweepSpec& spe
     if (status == "invalid") {
       ++invalid;
       failures += fmt::format("- {} ({}): invalid: {}\n", r.value("run_id", ""), r.value("label", ""), r.value("error", ""));
-    } else if (status != "ok") {  // failed, diverged: outcomes without figures
+    } else if (status != "ok") {  // failed, diverged, oom: outcomes without figures
       ++failed;
       const std::string error = r.value("error", "");
       failures += fmt::format("- {} ({}): {}: {}\n", r.value("run_id", ""), r.value("label", ""), status,
                               error.substr(0, error.find('\n')));
     }
   }
-  std::string text = fmt::format("# Sweep {}: {} of {} runs ok, {} failed or diverged, {} invalid\n\n", spec.name,
-                                 ok_runs.size(), records.size(), failed, invalid);
+  std::string text = fmt::format("# Sweep {}: {} of {} runs ok, {} failed, diverged or out of memory, {} invalid\n\n",
+                                 spec.name, ok_runs.size(), records.size(), failed, invalid);
   if (!ok_runs.empty()) {
     const Json& first = *ok_runs.front();
     text += fmt::format("device: {} | backend {} | commit {} | torch {} | ranks per core {}\n\n",

@@ -159,7 +159,8 @@ std::string file_text(const std::string& path) {
 }
 
 // The run's outcome into its record: "ok" with its summary's figures,
-// "diverged" at the step its summary names, else "failed" with the reason.
+// "diverged" at the step its summary names, "oom" when a rank ran out of
+// memory, else "failed" with the reason.
 void record_outcome(nlohmann::json& record, const ChildOutcome& outcome, const std::string& dir) {
   const bool finished = !outcome.timed_out && outcome.signal == 0 &&
                         (outcome.exit_code == 0 || outcome.exit_code == kExitDiverged);
@@ -181,6 +182,9 @@ void record_outcome(nlohmann::json& record, const ChildOutcome& outcome, const s
   } else if (finished && summary.value("status", "") == "diverged") {
     record["status"] = "diverged";
     record["error"] = fmt::format("the loss diverged at step {}", summary.value("diverged_step", int64_t{0}));
+  } else if (!outcome.timed_out && outcome.signal == 0 && outcome.exit_code == kExitOutOfMemory) {
+    record["status"] = "oom";
+    record["error"] = failure_reason(outcome, dir + "/train.log");
   } else {
     record["status"] = "failed";
     record["error"] = failure_reason(outcome, dir + "/train.log");

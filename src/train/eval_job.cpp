@@ -51,7 +51,7 @@ MicroBatch read_hf_batch(const std::string& path, const RunConfig& c) {
     throw std::runtime_error(path + ": no target token (every label after the first position is -100): "
                              "the loss of such a batch is undefined");
   }
-  b.image_mask = b.ids == kImageToken;
+  b.image_mask = b.ids == c.llm.image_token_id;
   const std::vector<int64_t> image_shape{c.encoder.channels, c.encoder.image_size, c.encoder.image_size};
   if (b.pixels.dim() != 4 || b.pixels.sizes().slice(1).vec() != image_shape) {
     throw std::runtime_error(fmt::format("{}: pixel_values has shape [{}], expected [images, {}]", path,
@@ -61,9 +61,17 @@ MicroBatch read_hf_batch(const std::string& path, const RunConfig& c) {
   const int64_t placeholders = b.image_mask.sum().item<int64_t>();
   if (placeholders != b.images * c.encoder.tokens_per_image()) {
     throw std::runtime_error(fmt::format("{}: {} image placeholders (token {}) but {} images of {} tokens", path,
-                                         placeholders, kImageToken, b.images, c.encoder.tokens_per_image()));
+                                         placeholders, c.llm.image_token_id, b.images, c.encoder.tokens_per_image()));
   }
   return b;
+}
+
+int64_t batch_sequence_length(const std::string& path) {
+  const auto tensors = read_safetensors(path);
+  const auto it = tensors.find("input_ids");
+  if (it == tensors.end()) throw std::runtime_error(path + ": no tensor input_ids");
+  if (it->second.dim() != 2) throw std::runtime_error(path + ": input_ids must be [batch, sequence]");
+  return it->second.size(1);
 }
 
 int run_eval_job(const RunConfig& config, const LaunchEnv& env, const std::string& init_hf, const std::string& batch) {
@@ -72,7 +80,8 @@ int run_eval_job(const RunConfig& config, const LaunchEnv& env, const std::strin
   Group& encoder_tp = groups.encoder().get(GroupKind::kTp);
   Group& llm_tp = groups.llm().get(GroupKind::kTp);
   MultimodalModel model(config, &encoder_tp, &llm_tp);
-  load_hf(model, encoder_tp, llm_tp, init_hf);
+  const std::string note = load_hf(model, encoder_tp, llm_tp, init_hf);
+  if (runtime.rank() == 0 && !note.empty()) log_info("{}: {}", init_hf, note);
   const MicroBatch b = read_hf_batch(batch, config);
   at::NoGradGuard no_grad;
   const double count = (b.targets >= 0).sum().item<double>();

@@ -15,6 +15,9 @@ namespace hetpar {
 // [K, C, H, W] (float32) for the K placeholder runs, in order.
 MicroBatch read_hf_batch(const std::string& path, const RunConfig& config);
 
+// The sequence length of the batch file's input_ids [batch, sequence].
+int64_t batch_sequence_length(const std::string& path);
+
 // Prints "eval loss: <value>" on rank 0: the mean over target tokens.
 int run_eval_job(const RunConfig& config, const LaunchEnv& env, const std::string& init_hf, const std::string& batch);
 

@@ -19,7 +19,7 @@ MicroBatchRoute route_micro_batch(const SyntheticData& data, const RunConfig& c,
     std::vector<int64_t> starts;
     int64_t run = 0;
     for (int64_t pos = 0; pos < c.llm.seq_len; ++pos) {
-      if (route.texts.back().ids[pos] != kImageToken) continue;
+      if (route.texts.back().ids[pos] != c.llm.image_token_id) continue;
       if (run++ % tpi == 0) starts.push_back(pos);
     }
     meta.image_starts.push_back(starts);

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "tp/parallel_linear.hpp"
+#include "train/autocast_scope.hpp"
 #include "tp/vocab_parallel.hpp"
 
 namespace hetpar {
@@ -40,7 +41,7 @@ MultimodalModel::ParameterSets trainable_sets(const std::vector<MultimodalModel:
 }  // namespace
 
 MultimodalModel::MultimodalModel(const RunConfig& c, Group* encoder_tp, Group* llm_tp)
-    : llm_hidden_(c.llm.hidden), encoder_frozen_(c.encoder.frozen) {
+    : llm_hidden_(c.llm.hidden), encoder_frozen_(c.encoder.frozen), bf16_(computes_in_bf16(c)) {
   if (encoder_tp) {
     encoder = std::make_shared<VisionEncoder>(c.encoder, c.run.seed, *encoder_tp);
     projector = make_projector(c.encoder, c.llm, c.run.seed, *encoder_tp);
@@ -52,19 +53,26 @@ MultimodalModel::MultimodalModel(const RunConfig& c, Group* encoder_tp, Group* l
 }
 
 at::Tensor MultimodalModel::encode(const at::Tensor& pixels) {
-  if (pixels.size(0) == 0) return at::zeros({0, llm_hidden_}).set_requires_grad(true);
+  if (pixels.size(0) == 0) return at::zeros({0, llm_hidden_}, activation_dtype()).set_requires_grad(true);
+  const AutocastScope autocast(bf16_);
   at::Tensor features;
   {
     std::optional<at::NoGradGuard> no_grad;  // a frozen encoder records no graph
     if (encoder_frozen_) no_grad.emplace();
     features = encoder->forward(pixels);
   }
-  return projector->forward(features).reshape({-1, llm_hidden_});
+  return projector->forward(features).reshape({-1, llm_hidden_}).to(activation_dtype());
+}
+
+at::Tensor MultimodalModel::llm_logits(const at::Tensor& ids, const at::Tensor& image_rows,
+                                       const at::Tensor& image_mask) {
+  const AutocastScope autocast(bf16_);
+  return llm->forward(ids, image_rows, image_mask);
 }
 
 at::Tensor MultimodalModel::loss_sum(const MicroBatch& b) {
   const at::Tensor rows = encode(b.pixels);
-  const at::Tensor logits = llm->forward(b.ids, rows, b.image_mask);
+  const at::Tensor logits = llm_logits(b.ids, rows, b.image_mask);
   return llm->loss_sum(logits, b.targets);
 }
 

@@ -20,9 +20,11 @@ class MultimodalModel {
   MultimodalModel(const RunConfig& config, Group* encoder_tp, Group* llm_tp);
 
   // Pixels [K, C, H, W] -> embedding rows [K * tokens_per_image, llm hidden],
-  // image by image. No images: an empty leaf that requires grad, so the
-  // boundary's backward still runs on this rank.
+  // image by image, in activation_dtype(). No images: an empty leaf that
+  // requires grad, so the boundary's backward still runs on this rank.
   at::Tensor encode(const at::Tensor& pixels);
+  // The LLM's logits for token ids with image rows spliced in at the mask.
+  at::Tensor llm_logits(const at::Tensor& ids, const at::Tensor& image_rows, const at::Tensor& image_mask);
   // Both modules on this rank's samples (the uniform layout): the sum over the
   // micro-batch's target tokens of the token cross-entropy.
   at::Tensor loss_sum(const MicroBatch& batch);
@@ -48,6 +50,9 @@ class MultimodalModel {
   };
   std::vector<NamedParameter> named_parameters() const;
 
+  // What the boundary moves: bf16 under run.precision = "bf16", else fp32.
+  at::ScalarType activation_dtype() const { return bf16_ ? at::kBFloat16 : at::kFloat; }
+
   std::shared_ptr<VisionEncoder> encoder;  // null where the rank holds no encoder
   std::shared_ptr<GeluMlp> projector;
   std::shared_ptr<LlamaModel> llm;         // null where the rank holds no LLM
@@ -55,6 +60,7 @@ class MultimodalModel {
  private:
   int64_t llm_hidden_;
   bool encoder_frozen_;
+  bool bf16_;  // forwards under bf16 autocast
 };
 
 }  // namespace hetpar

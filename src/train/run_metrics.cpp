@@ -25,11 +25,13 @@ RunMetrics::RunMetrics(const RunConfig& config, Runtime& runtime, const Syntheti
     : config_(config), data_(data), world_size_(runtime.world_size()), backend_(runtime.backend()),
       device_(cpu_device_name()) {
   runtime.world().barrier();  // measure together: the contention the run will see
-  at::Tensor rate = at::full({1}, measure_cpu_gemm_flops(), at::kDouble);
+  // MFU is against the peak of the precision the matmuls run in.
+  const bool bf16 = computes_in_bf16(config);
+  at::Tensor rate = at::full({1}, measure_cpu_gemm_flops(0.3, bf16), at::kDouble);
   runtime.world().all_reduce(rate);
   peak_.flops_per_second = rate.item<double>() / world_size_;
-  peak_.source = fmt::format("measured fp32 GEMM rate per rank ({} intra-op thread(s), all ranks at once)",
-                             config.runtime.intra_op_threads);
+  peak_.source = fmt::format("measured {} GEMM rate per rank ({} intra-op thread(s), all ranks at once)",
+                             bf16 ? "bf16" : "fp32", config.runtime.intra_op_threads);
 }
 
 nlohmann::json RunMetrics::step_line(const StepInputs& in, const StepReport& report) const {
@@ -94,6 +96,7 @@ nlohmann::json RunMetrics::metadata() const {
                                    c.encoder.hidden, c.encoder.layers, c.encoder.image_size, c.encoder.patch_size,
                                    c.llm.hidden, c.llm.layers, c.llm.seq_len, c.data.global_batch_size,
                                    c.data.micro_batch_size)},
+          {"precision", computes_in_bf16(c) ? "bf16" : "fp32"},
           {"encoder_frozen", c.encoder.frozen},
           {"encoder_params", encoder_parameters(c.encoder)},
           {"llm_params", llm_parameters(c.llm)},

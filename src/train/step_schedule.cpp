@@ -62,7 +62,7 @@ at::Tensor llm_forward_backward(const StepContext& ctx, const MicroBatch& batch,
   at::Tensor loss;
   {
     auto timed = ctx.timer.measure(Phase::kLlmForward);
-    const at::Tensor logits = ctx.model.llm->forward(batch.ids, rows, batch.image_mask);
+    const at::Tensor logits = ctx.model.llm_logits(batch.ids, rows, batch.image_mask);
     loss = ctx.model.llm->loss_sum(logits, batch.targets) / ctx.target_tokens;
   }
   {

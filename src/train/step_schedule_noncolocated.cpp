@@ -57,7 +57,7 @@ at::Tensor encoder_side(const StepContext& ctx) {
     at::Tensor grad;
     {
       auto timed = ctx.timer.measure(Phase::kWait);
-      grad = oldest.exchange->receive_backward(ctx.config.llm.hidden, grads_tag(done));
+      grad = oldest.exchange->receive_backward(ctx.config.llm.hidden, grads_tag(done), ctx.model.activation_dtype());
       wait_all(oldest.sends);
     }
     {
@@ -80,7 +80,7 @@ at::Tensor llm_side(const StepContext& ctx) {
     at::Tensor arrived;
     {
       auto timed = ctx.timer.measure(Phase::kWait);  // mostly waiting, when the encoder is behind
-      arrived = exchange->receive_forward(c.llm.hidden, rows_tag(m)).requires_grad_(true);
+      arrived = exchange->receive_forward(c.llm.hidden, rows_tag(m), ctx.model.activation_dtype()).requires_grad_(true);
     }
     const MicroBatch batch = ctx.data.micro_batch(ctx.step, first_sample(c, llm.coord().dp, m),
                                                   c.data.micro_batch_size, /*with_pixels=*/false);

@@ -37,15 +37,20 @@ using Clock = std::chrono::steady_clock;
 
 // HETPAR_FAULT=RANK:STEP makes that rank die abruptly at that step: the way
 // tests check that a lost rank ends the whole job with a clear report.
+// HETPAR_FAULT=RANK:STEP:oom instead fails an allocation there, as the
+// allocator does when memory runs out.
 void maybe_inject_fault(int rank, int64_t step) {
   const char* spec = std::getenv("HETPAR_FAULT");
   int fault_rank = -1;
   long long fault_step = -1;
-  if (spec && std::sscanf(spec, "%d:%lld", &fault_rank, &fault_step) == 2 && fault_rank == rank &&
-      fault_step == step) {
-    log_error("HETPAR_FAULT: rank {} exits abruptly at step {}", rank, step);
-    _exit(kExitInjectedFault);
+  char kind[8] = "";
+  const int fields = spec ? std::sscanf(spec, "%d:%lld:%7s", &fault_rank, &fault_step, kind) : 0;
+  if (fields < 2 || fault_rank != rank || fault_step != step) return;
+  if (std::string(kind) == "oom") {
+    TORCH_CHECK_WITH(OutOfMemoryError, false, "HETPAR_FAULT: an allocation failed at step ", step);
   }
+  log_error("HETPAR_FAULT: rank {} exits abruptly at step {}", rank, step);
+  _exit(kExitInjectedFault);
 }
 
 // The step records of an earlier run in `run_dir` up to `last_step`.
@@ -81,7 +86,10 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
   const bool leader = runtime.rank() == 0;
 
   MultimodalModel model(config, encoder_tp, llm_tp);
-  if (!outputs.init_hf.empty()) load_hf(model, *encoder_tp, *llm_tp, outputs.init_hf);
+  if (!outputs.init_hf.empty()) {
+    const std::string note = load_hf(model, *encoder_tp, *llm_tp, outputs.init_hf);
+    if (leader && !note.empty()) log_info("{}: {}", outputs.init_hf, note);
+  }
   const std::vector<at::Tensor> params = model.trainable_parameters();
   FusedAdamW optimizer(params, config.optim);
   const SyntheticData data(config.encoder, config.llm, config.data, static_cast<uint64_t>(config.run.seed));

@@ -16,6 +16,7 @@ namespace hetpar {
 namespace {
 
 std::string g_tag;
+int g_rank = -1;
 std::mutex g_mutex;  // whole lines, even from helper threads
 
 void write_line(FILE* stream, const std::string& line) {
@@ -28,7 +29,10 @@ void write_line(FILE* stream, const std::string& line) {
 
 }  // namespace
 
-void set_log_rank(int rank) { g_tag = rank < 0 ? "" : fmt::format("[rank {}] ", rank); }
+void set_log_rank(int rank) {
+  g_rank = rank;
+  g_tag = rank < 0 ? "" : fmt::format("[rank {}] ", rank);
+}
 void log_line(const std::string& line) { write_line(stdout, line); }
 void log_error_line(const std::string& line) { write_line(stderr, line); }
 
@@ -49,6 +53,11 @@ std::string error_message(const std::exception& error) {
 }
 
 void die_of(const std::exception& error) {
+  // Out of memory is an outcome a sweep records, not a crash: its own code and words.
+  if (dynamic_cast<const c10::OutOfMemoryError*>(&error) || dynamic_cast<const std::bad_alloc*>(&error)) {
+    die(kExitOutOfMemory, fmt::format("out of memory on rank {} (device cpu): {}", g_rank < 0 ? 0 : g_rank,
+                                      error_message(error)));
+  }
   const bool collective = dynamic_cast<const CollectiveError*>(&error) != nullptr;
   die(collective ? kExitCollectiveError : kExitError, error_message(error));
 }

@@ -94,9 +94,17 @@ def test_a_missing_tensor_is_named(model_dir, batch, tmp_path):
     broken = tmp_path / "broken"
     broken.mkdir()
     save_file(tensors, str(broken / "model.safetensors"))
+    (broken / "config.json").write_text((model_dir / "config.json").read_text())
     done = hetpar("eval", RUN, "--init-hf", str(broken), "--batch", str(batch))
     assert done.returncode != 0
     assert "no tensor lm_head.weight" in done.stdout + done.stderr
+
+
+def test_a_directory_without_config_json_exits_two(model_dir, batch, tmp_path):
+    (tmp_path / "model.safetensors").write_bytes((model_dir / "model.safetensors").read_bytes())
+    done = hetpar("eval", RUN, "--init-hf", str(tmp_path), "--batch", str(batch))
+    assert done.returncode == 2
+    assert str(tmp_path / "config.json") in done.stderr and "cannot read config.json" in done.stderr
 
 
 def test_a_missing_batch_file_exits_two(model_dir):
@@ -133,3 +141,32 @@ def test_a_batch_the_model_cannot_score_exits_two_before_any_rank_starts(model_d
     assert done.returncode == 2, done.stdout + done.stderr
     assert message in done.stderr, done.stderr
     assert "launching" not in done.stdout
+
+
+def test_the_export_carries_every_model_setting(tmp_path):
+    """A model with non-default semantics (image token 9, RoPE base 5000, exact-GELU
+    projector and tower, the first patch token dropped, RMSNorm eps 1e-6) exported
+    by hetpar: transformers gives hetpar's loss, and hetpar reads it back with no run file."""
+    settings = ["llm.image_token_id=9", "llm.rope_theta=5000.0", "llm.norm_eps=1e-6", "encoder.projector_act=gelu",
+                "encoder.hidden_act=gelu", "encoder.drop_first_token=true", "encoder.norm_eps=1e-5"]
+    sets = [arg for s in settings for arg in ("--set", s)]
+    done = hetpar("train", RUN, "--set", "run.steps=2", "--set", "data.global_batch_size=4", *sets,
+                  "--out", str(tmp_path / "run"), "--save-hf", str(tmp_path / "model"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    gen = torch.Generator().manual_seed(3)
+    ids = torch.randint(10, 512, (2, 64), generator=gen)
+    ids[0, 1:16] = 9  # 15 tokens per image once the first is dropped
+    ids[1, 20:35] = 9
+    ids[1, 40:55] = 9
+    labels = ids.clone()
+    labels[ids == 9] = -100
+    labels[:, 0] = -100
+    path = tmp_path / "batch.safetensors"
+    save_file({"input_ids": ids, "labels": labels, "pixel_values": torch.randn(3, 3, 32, 32, generator=gen)}, str(path))
+    theirs = transformers_loss(tmp_path / "model", path)
+    ours = hetpar("eval", "--init-hf", str(tmp_path / "model"), "--batch", str(path))
+    assert ours.returncode == 0, ours.stdout + ours.stderr
+    ours = float(re.search(r"eval loss: (\S+)", ours.stdout).group(1))
+    assert abs(theirs - ours) <= 1e-5 * abs(theirs), (theirs, ours)
+    with_run_file = eval_loss(tmp_path / "model", path, *sets)
+    assert with_run_file == ours
