@@ -3,6 +3,7 @@
 
 #include <csignal>
 
+#include "cli/calibrate_command.hpp"
 #include "cli/compare_command.hpp"
 #include "cli/eval_command.hpp"
 #include "cli/sweep_command.hpp"
@@ -28,6 +29,8 @@ int main(int argc, char** argv) {
   CLI::App* compare_cmd = hetpar::add_compare_command(app, compare);
   hetpar::SweepArgs sweep;
   CLI::App* sweep_cmd = hetpar::add_sweep_command(app, sweep);
+  hetpar::CalibrateArgs calibrate;
+  CLI::App* calibrate_cmd = hetpar::add_calibrate_command(app, calibrate);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -39,6 +42,7 @@ int main(int argc, char** argv) {
     if (eval_cmd->parsed()) return hetpar::run_eval(eval);
     if (compare_cmd->parsed()) return hetpar::run_compare(compare);
     if (sweep_cmd->parsed()) return hetpar::run_sweep_command(sweep);
+    if (calibrate_cmd->parsed()) return hetpar::run_calibrate(calibrate);
   } catch (const std::exception& e) {
     hetpar::die_of(e);
   }

@@ -1,0 +1,22 @@
+// `hetpar calibrate [--out PROFILE.json] [--ranks N] [--quick]`: measures
+// this machine's compute and collective primitives (plan/calibration.hpp)
+// and writes them, with where and when they were measured, as one profile.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+namespace hetpar {
+
+struct CalibrateArgs {
+  std::string out = "results/profile.json";
+  int ranks = 0;            // ranks for the collectives; 0: 2 per core, 2 to 8
+  bool quick = false;       // a small grid, for tests
+  std::string rank_output;  // set by calibrate itself on the ranks it launches
+};
+
+CLI::App* add_calibrate_command(CLI::App& app, CalibrateArgs& args);
+int run_calibrate(const CalibrateArgs& args);
+
+}  // namespace hetpar

@@ -1,0 +1,195 @@
+#include "plan/calibration.hpp"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <limits>
+
+#include "plan/alpha_beta_fit.hpp"
+
+namespace hetpar {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// Seconds per call of FN: one warm-up call, then three trials of calls for
+// `seconds` each (at least three calls); the fastest trial's mean, since a
+// shared machine only ever adds time.
+double seconds_per_call(const std::function<void()>& fn, double seconds) {
+  fn();
+  double best = std::numeric_limits<double>::infinity();
+  for (int trial = 0; trial < 3; ++trial) {
+    int calls = 0;
+    const auto start = Clock::now();
+    do {
+      fn();
+      ++calls;
+    } while (calls < 3 || since(start) < seconds);
+    best = std::min(best, since(start) / calls);
+  }
+  return best;
+}
+
+std::vector<int64_t> sizes(bool quick, std::vector<int64_t> quick_set, std::vector<int64_t> full_set) {
+  return quick ? quick_set : full_set;
+}
+
+}  // namespace
+
+nlohmann::json measure_gemm(const CalibrationOptions& o) {
+  nlohmann::json out = nlohmann::json::array();
+  const std::vector<int64_t> dims = sizes(o.quick, {64, 256}, {64, 256, 1024});
+  for (int64_t m : dims) {
+    for (int64_t n : dims) {
+      for (int64_t k : dims) {
+        const at::Tensor a = at::rand({m, k}), b = at::rand({k, n});
+        at::Tensor c = at::empty({m, n});
+        const double s = seconds_per_call([&] { at::mm_out(c, a, b); }, o.seconds_per_point);
+        out.push_back({{"m", m}, {"n", n}, {"k", k}, {"flops_per_second", 2.0 * m * n * k / s}});
+      }
+    }
+  }
+  return out;
+}
+
+nlohmann::json measure_attention(const CalibrationOptions& o) {
+  nlohmann::json out = nlohmann::json::array();
+  constexpr int64_t kHeads = 4;
+  for (int64_t seq : sizes(o.quick, {64, 256}, {128, 512, 1024})) {
+    for (int64_t d : sizes(o.quick, {32}, {32, 64, 128})) {
+      for (bool causal : {true, false}) {
+        const at::Tensor q = at::randn({1, kHeads, seq, d}).requires_grad_(), k = at::randn({1, kHeads, seq, d}).requires_grad_(),
+                         v = at::randn({1, kHeads, seq, d}).requires_grad_();
+        const at::Tensor grad = at::randn({1, kHeads, seq, d});
+        at::Tensor y;
+        const double forward = seconds_per_call(
+            [&] {
+              at::NoGradGuard no_grad;
+              y = at::scaled_dot_product_attention(q, k, v, {}, 0.0, causal);
+            },
+            o.seconds_per_point);
+        const double both = seconds_per_call(
+            [&] { at::scaled_dot_product_attention(q, k, v, {}, 0.0, causal).backward(grad); }, o.seconds_per_point);
+        // Q K^T and P V: 2 matmuls of seq x seq x d per head, halved when causal.
+        const double flops = 4.0 * kHeads * seq * seq * d * (causal ? 0.5 : 1.0);
+        out.push_back({{"batch", 1}, {"heads", kHeads}, {"seq", seq}, {"head_dim", d}, {"causal", causal},
+                       {"forward_seconds", forward}, {"backward_seconds", std::max(both - forward, 0.0)},
+                       {"forward_flops_per_second", flops / forward}});
+      }
+    }
+  }
+  return out;
+}
+
+nlohmann::json measure_memory_bound(const CalibrationOptions& o) {
+  nlohmann::json out = nlohmann::json::array();
+  constexpr int64_t kHidden = 256;
+  for (int64_t elements : sizes(o.quick, {1 << 16}, {1 << 16, 1 << 20, 1 << 23})) {
+    const at::Tensor x = at::randn({elements / kHidden, kHidden}), y = at::randn({elements / kHidden, kHidden});
+    const at::Tensor w = at::ones({kHidden}), b = at::zeros({kHidden});
+    at::Tensor z = at::empty_like(x);
+    const double bytes_in = 4.0 * static_cast<double>(elements);
+    // Each op with the bytes it must move: inputs read once, output written once.
+    const std::vector<std::tuple<const char*, double, std::function<void()>>> ops = {
+        {"add", 3 * bytes_in, [&] { at::add_out(z, x, y); }},
+        {"gelu", 2 * bytes_in, [&] { at::gelu_out(z, x, "tanh"); }},
+        {"rms_norm", 2 * bytes_in, [&] { z = at::rms_norm(x, {kHidden}, w, 1e-5); }},
+        {"layer_norm", 2 * bytes_in, [&] { z = at::layer_norm(x, {kHidden}, w, b, 1e-6); }}};
+    for (const auto& [name, bytes, fn] : ops) {
+      const double s = seconds_per_call(fn, o.seconds_per_point);
+      out.push_back({{"op", name}, {"elements", elements}, {"bytes", bytes}, {"bytes_per_second", bytes / s}});
+    }
+  }
+  return out;
+}
+
+std::vector<int> calibration_group_sizes(int world) {
+  std::vector<int> out;
+  for (int g = 2; g < world; g *= 2) out.push_back(g);
+  if (world >= 2) out.push_back(world);
+  return out;
+}
+
+nlohmann::json measure_collectives(Runtime& runtime, const CalibrationOptions& o) {
+  const int world = runtime.world_size(), me = runtime.rank();
+  std::vector<GroupSpec> specs;
+  for (int g : calibration_group_sizes(world)) {
+    std::vector<int> ranks(g);
+    for (int r = 0; r < g; ++r) ranks[r] = r;
+    specs.push_back({"calibrate." + std::to_string(g), ranks});
+  }
+  runtime.create_groups(specs);
+  const int calls = o.quick ? 3 : 10;
+  const std::vector<int64_t> message_bytes = sizes(o.quick, {16 << 10, 1 << 20}, {4 << 10, 64 << 10, 1 << 20, 8 << 20});
+  nlohmann::json out = nlohmann::json::array();
+  for (const GroupSpec& spec : specs) {
+    const int g = static_cast<int>(spec.ranks.size());
+    const bool member = me < g;
+    Group* group = member ? &runtime.group(spec.ranks) : nullptr;
+    std::vector<std::string> ops = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all_v"};
+    if (g == 2) ops.push_back("send_recv");
+    for (const std::string& op : ops) {
+      std::vector<std::pair<double, double>> points;
+      for (int64_t bytes : message_bytes) {
+        const int64_t rows = std::max<int64_t>(1, bytes / 4 / 64 / g) * g;  // [rows, 64] floats, rows divisible by g
+        const at::Tensor full = at::randn({rows, 64});
+        std::function<void()> call;
+        if (op == "all_reduce") {
+          call = [&] {
+            at::Tensor t = full.clone();
+            group->all_reduce(t);
+          };
+        } else if (op == "all_gather") {
+          const at::Tensor part = full.narrow(0, 0, rows / g).contiguous();
+          call = [&, part] { group->all_gather(part); };
+        } else if (op == "reduce_scatter") {
+          call = [&] { group->reduce_scatter(full); };
+        } else if (op == "all_to_all_v") {
+          const std::vector<int64_t> counts(g, rows / g);
+          call = [&, counts] { group->all_to_all_v(full, counts, counts); };
+        } else {
+          call = [&] {
+            at::Tensor t = full.clone();
+            if (group->rank() == 0) group->send(t, 1);
+            else group->recv(t, 0);
+          };
+        }
+        // Every rank takes part in the barriers and the max; members time the
+        // calls. A batch takes as long as its slowest member; of three batches
+        // the fastest counts (a shared machine only ever adds time).
+        if (member) call();  // warm-up
+        double best = std::numeric_limits<double>::infinity();
+        for (int batch = 0; batch < 3; ++batch) {
+          runtime.world().barrier();
+          double seconds = 0;
+          if (member) {
+            const auto start = Clock::now();
+            for (int i = 0; i < calls; ++i) call();
+            seconds = since(start) / calls;
+          }
+          at::Tensor slowest = at::full({1}, seconds, at::kDouble);
+          runtime.world().all_reduce(slowest, ReduceOp::kMax);
+          best = std::min(best, slowest.item<double>());
+        }
+        points.emplace_back(static_cast<double>(rows * 64 * 4), best);
+      }
+      nlohmann::json entry = {{"op", op}, {"group_size", g}, {"calls_per_point", calls}};
+      for (const auto& [bytes, seconds] : points) entry["points"].push_back({{"bytes", bytes}, {"seconds", seconds}});
+      try {
+        const AlphaBeta fit = fit_alpha_beta(points);
+        entry["latency_seconds"] = fit.latency_seconds;
+        entry["bytes_per_second"] = fit.bytes_per_second;
+      } catch (const std::invalid_argument& e) {
+        entry["fit_error"] = e.what();  // noise swamped the sizes: the points stand alone
+      }
+      out.push_back(entry);
+    }
+  }
+  return out;
+}
+
+}  // namespace hetpar

@@ -1,0 +1,43 @@
+// `hetpar calibrate`: the primitives a step-time model needs, measured on
+// this machine with hetpar's own kernels and process groups, as a profile
+// (JSON, format "hetpar-profile/1"):
+//   gemm          FLOP/s of C[M,N] = A[M,K] B[K,N] over a grid of shapes;
+//   attention     forward and backward seconds of causal and bidirectional
+//                 attention by sequence length and head size;
+//   memory_bound  bytes/s of elementwise ops and norms by tensor size;
+//   collectives   per op and group size, (bytes, seconds) points and their
+//                 alpha-beta fit (latency + bytes / bandwidth); bytes are the
+//                 whole tensor (all_gather's output, reduce_scatter's input,
+//                 the all-reduced or exchanged buffer, the message sent).
+// Every figure is the fastest of three trials: interference only adds time.
+// Each section's entries name their shape, so a model interpolates in them.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <vector>
+
+#include "dist/runtime.hpp"
+
+namespace hetpar {
+
+struct CalibrationOptions {
+  bool quick = false;              // a small grid (tests): seconds instead of minutes
+  double seconds_per_point = 0.05; // least time of each of a point's three trials
+};
+
+// Compute primitives of this process (one rank, its intra-op threads).
+nlohmann::json measure_gemm(const CalibrationOptions& options);
+nlohmann::json measure_attention(const CalibrationOptions& options);
+nlohmann::json measure_memory_bound(const CalibrationOptions& options);
+
+// Every rank of RUNTIME calls this: for each group size 2, 4, ... up to the
+// world (the first g ranks; the others wait), each collective the trainer
+// uses at several message sizes. The result (meaningful on rank 0) is the
+// "collectives" section.
+nlohmann::json measure_collectives(Runtime& runtime, const CalibrationOptions& options);
+
+// The group sizes measured for a world of WORLD ranks: 2, 4, 8, ... and WORLD.
+std::vector<int> calibration_group_sizes(int world);
+
+}  // namespace hetpar

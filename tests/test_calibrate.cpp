@@ -1,0 +1,84 @@
+// `hetpar calibrate` through the real binary: a quick profile holds every
+// section with finite positive rates, where and when it was measured, and
+// each collective per group size with its alpha-beta fit; bad options are
+// refused before anything is measured.
+#include <nlohmann/json.hpp>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "tests/dist_harness.hpp"
+
+namespace hetpar::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool positive(const nlohmann::json& v) { return v.is_number() && std::isfinite(v.get<double>()) && v.get<double>() > 0; }
+
+TEST(Calibrate, QuickProfileHasEverySection) {
+  const std::string dir = ::testing::TempDir() + "/calibrate_" + std::to_string(getpid());
+  fs::remove_all(dir);
+  const auto [code, output] = run_command(std::string(HETPAR_BINARY) + " calibrate --quick --ranks 4 --out " + dir +
+                                          "/profile.json");
+  ASSERT_EQ(code, 0) << output;
+  std::ifstream in(dir + "/profile.json");
+  const nlohmann::json p = nlohmann::json::parse(in);
+  EXPECT_EQ(p["format"], "hetpar-profile/1");
+  for (const char* key : {"device", "commit", "torch_version", "date"}) EXPECT_TRUE(p["measured"][key].is_string()) << key;
+  EXPECT_EQ(p["measured"]["ranks"], 4);
+  ASSERT_EQ(p["gemm"].size(), 8u);  // {64, 256}^3
+  for (const auto& g : p["gemm"]) EXPECT_TRUE(positive(g["flops_per_second"])) << g;
+  ASSERT_EQ(p["attention"].size(), 4u);
+  for (const auto& a : p["attention"]) {
+    EXPECT_TRUE(positive(a["forward_seconds"])) << a;
+    EXPECT_GE(a["backward_seconds"].get<double>(), 0.0) << a;
+  }
+  ASSERT_EQ(p["memory_bound"].size(), 4u);
+  for (const auto& m : p["memory_bound"]) EXPECT_TRUE(positive(m["bytes_per_second"])) << m;
+  std::set<std::pair<std::string, int>> seen;
+  for (const auto& c : p["collectives"]) {
+    seen.insert({c["op"].get<std::string>(), c["group_size"].get<int>()});
+    ASSERT_EQ(c["points"].size(), 2u) << c;
+    EXPECT_LT(c["points"][0]["bytes"].get<double>(), c["points"][1]["bytes"].get<double>()) << c;
+    for (const auto& point : c["points"]) EXPECT_TRUE(positive(point["seconds"])) << c;
+    if (!c.contains("fit_error")) {
+      EXPECT_TRUE(positive(c["bytes_per_second"])) << c;
+      EXPECT_GE(c["latency_seconds"].get<double>(), 0.0) << c;
+    }
+  }
+  for (int g : {2, 4}) {
+    for (const char* op : {"all_reduce", "all_gather", "reduce_scatter", "all_to_all_v"}) {
+      EXPECT_TRUE(seen.count({op, g})) << op << " over " << g;
+    }
+  }
+  EXPECT_TRUE(seen.count({"send_recv", 2}));
+  EXPECT_FALSE(fs::exists(dir + "/profile.json.ranks.tmp")) << "the ranks' part was left behind";
+  fs::remove_all(dir);
+}
+
+TEST(Calibrate, BadOptionsAreRefusedBeforeMeasuring) {
+  const std::string bin = std::string(HETPAR_BINARY) + " calibrate --quick ";
+  const std::string dir = ::testing::TempDir() + "/calibrate_bad_" + std::to_string(getpid());
+  fs::create_directories(dir);
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--ranks 1 --out " + dir + "/p.json", "--ranks"},
+      {"--ranks 1000 --out " + dir + "/p.json", "more than 4 ranks per core"},
+      {"--out " + dir, "names a directory"},
+      {"--out /proc/hetpar_no/p.json", "--out"},
+  };
+  for (const auto& [args, message] : cases) {
+    const auto [code, output] = run_command(bin + args);
+    EXPECT_EQ(code, 2) << args << "\n" << output;
+    EXPECT_NE(output.find(message), std::string::npos) << args << "\n" << output;
+    EXPECT_EQ(output.find("calibrate: GEMM"), std::string::npos) << "measured before refusing: " << args;
+  }
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace hetpar::test
