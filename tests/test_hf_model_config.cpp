@@ -142,7 +142,7 @@ TEST(HfModelConfig, ARunThatContradictsTheCheckpointNamesBothValues) {
   config_json["image_token_index"] = 7;  // the default, 32000, is outside this vocabulary
   dir.write("config.json", config_json.dump());
   const HfModelConfig m = read_hf_model_config(dir.str());
-  RunConfig config = load_run_config_text(hf_model_toml(m), m.file, {});
+  RunConfig config = load_run_config_over(hf_model_toml(m), m.file, "", {});
   EXPECT_NO_THROW(check_matches_hf_model(config, m));
   EXPECT_EQ(config.encoder.layers, 2);
   EXPECT_EQ(config.encoder.tokens_per_image(), 15);
@@ -156,6 +156,27 @@ TEST(HfModelConfig, ARunThatContradictsTheCheckpointNamesBothValues) {
                                          m.file + ": the run must describe the checkpoint's model (leave the key out "
                                                   "or give the checkpoint's value)");
   }
+}
+
+// A run file over the checkpoint: the model keys it leaves out come from
+// config.json, one it sets otherwise is refused.
+TEST(HfModelConfig, ARunFileOverTheCheckpointTakesTheRest) {
+  ModelDir dir;
+  json config_json = minimal_config();
+  config_json["image_token_index"] = 7;
+  dir.write("config.json", config_json.dump());
+  dir.write("run.toml", "[run]\nsteps = 3\n[llm]\nseq_len = 64\nhidden = 64\n");
+  const HfModelConfig m = read_hf_model_config(dir.str());
+  const RunConfig config = load_run_config_over(hf_model_toml(m), m.file, dir.str() + "/run.toml", {});
+  EXPECT_NO_THROW(check_matches_hf_model(config, m));
+  EXPECT_EQ(config.run.steps, 3);
+  EXPECT_EQ(config.llm.seq_len, 64);
+  EXPECT_EQ(config.llm.vocab_size, 300);
+  EXPECT_EQ(config.llm.image_token_id, 7);
+  EXPECT_EQ(config.encoder.layers, 2);
+  EXPECT_EQ(config.source_file, dir.str() + "/run.toml");
+  const RunConfig changed = load_run_config_over(hf_model_toml(m), m.file, dir.str() + "/run.toml", {"llm.kv_heads=2"});
+  EXPECT_THROW(check_matches_hf_model(changed, m), ConfigError);
 }
 
 TEST(HfModelConfig, WeightFilesSingleOrSharded) {

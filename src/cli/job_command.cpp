@@ -41,8 +41,7 @@ RunConfig load_job_config(const JobArgs& args, bool say_notes) {
   if (say_notes) {
     for (const std::string& note : hf.notes) log_info("{}: {}", hf.file, note);
   }
-  RunConfig config = args.config.empty() ? load_run_config_text(hf_model_toml(hf), hf.file, args.overrides)
-                                         : load_run_config(args.config, args.overrides);
+  RunConfig config = load_run_config_over(hf_model_toml(hf), hf.file, args.config, args.overrides);
   check_matches_hf_model(config, hf);
   return config;
 }

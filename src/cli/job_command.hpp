@@ -17,7 +17,7 @@ namespace hetpar {
 struct JobArgs {
   std::string config;                  // empty: the model from hf_model_dir, defaults for the rest
   std::vector<std::string> overrides;  // --set key=value
-  std::string hf_model_dir;            // --init-hf: its config.json is the model, a run file must agree
+  std::string hf_model_dir;            // --init-hf: its config.json is the model; a run file may only agree
   int nproc = 0;                       // 0: as many as the layout needs
   bool oversubscribe = false;          // start more local ranks than 4 per core
 };

@@ -273,9 +273,13 @@ RunConfig load_run_config(const std::string& file, const std::vector<std::string
   return config_of(TomlDocument::load(file), overrides);
 }
 
-RunConfig load_run_config_text(const std::string& toml_text, const std::string& origin,
+RunConfig load_run_config_over(const std::string& base_toml, const std::string& origin, const std::string& file,
                                const std::vector<std::string>& overrides) {
-  return config_of(TomlDocument::from_text(toml_text, origin), overrides);
+  TomlDocument base = TomlDocument::from_text(base_toml, origin);
+  if (file.empty()) return config_of(std::move(base), overrides);
+  TomlDocument doc = TomlDocument::load(file);
+  doc.place_over(std::move(base));
+  return config_of(std::move(doc), overrides);
 }
 
 void check_trainer_supports(const RunConfig& c) {

@@ -109,9 +109,10 @@ inline bool computes_in_bf16(const RunConfig& config) { return config.run.precis
 // Throws ConfigError (file, key, reason) on the first problem.
 RunConfig load_run_config(const std::string& file, const std::vector<std::string>& overrides);
 
-// The same for a run with no file: TOML_TEXT (the keys a checkpoint's
-// config.json sets) stands for it, named ORIGIN in errors and as the source.
-RunConfig load_run_config_text(const std::string& toml_text, const std::string& origin,
+// The same over a base: BASE_TOML (the keys a checkpoint's config.json sets,
+// named ORIGIN in errors) under FILE's keys, which win; FILE may be empty (no
+// run file: ORIGIN is then the source).
+RunConfig load_run_config_over(const std::string& base_toml, const std::string& origin, const std::string& file,
                                const std::vector<std::string>& overrides);
 
 // What the trainer can run today (the config format already describes

@@ -160,6 +160,11 @@ TomlDocument TomlDocument::from_text(const std::string& text, const std::string&
   return TomlDocument(origin, parse_or_throw(text, origin));
 }
 
+void TomlDocument::place_over(TomlDocument&& base) {
+  merge_into(base.root_, std::move(root_));
+  root_ = std::move(base.root_);
+}
+
 void TomlDocument::apply_override(const std::string& assignment) {
   const std::string origin(kOverrideOrigin);
   const auto equals = assignment.find('=');

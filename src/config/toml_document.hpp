@@ -29,6 +29,10 @@ class TomlDocument {
   // TEXT as a document of its own, errors and origins naming ORIGIN.
   static TomlDocument from_text(const std::string& text, const std::string& origin);
 
+  // BASE's keys under this document's: a key set here wins, one set only in
+  // BASE is taken from it (remembering its origin).
+  void place_over(TomlDocument&& base);
+
   // Applies "dotted.key=value". VALUE is TOML ("2", "true", "[1, 2]", "\"s\"");
   // anything that does not parse as one TOML value is taken as a string.
   // Throws ConfigError naming "--set".

@@ -122,6 +122,23 @@ def test_a_run_file_that_contradicts_config_json_is_refused(model, batch):
     assert "llm.rope_theta: 10000.0 here, but text_config.rope_" in done.stderr, done.stderr
 
 
+def test_training_starts_from_it_with_a_run_file_of_the_rest(model, batch, tmp_path):
+    """A run file without model keys: the model comes from config.json, the
+    weights from the checkpoint (the first step's loss is transformers' loss
+    of that step's batch, not a fresh model's)."""
+    _, root = model
+    run = tmp_path / "run.toml"
+    run.write_text("[run]\nsteps = 2\n[llm]\nseq_len = 64\n[data]\nglobal_batch_size = 4\n")
+    done = hetpar("train", run, "--init-hf", root / "model", "--out", tmp_path / "out")
+    assert done.returncode == 0, done.stdout + done.stderr
+    resolved = (tmp_path / "out" / "config.toml").read_text()
+    assert "image_token_id = 7" in resolved and "rope_theta = 5000" in resolved, resolved
+    fresh = hetpar("train", run, "--set", "llm.vocab_size=300", "--out", tmp_path / "fresh")
+    assert fresh.returncode == 0, fresh.stdout + fresh.stderr
+    loss = lambda out: float(re.search(r"step +1 \| loss (\S+)", out.stdout).group(1))
+    assert loss(done) != loss(fresh)
+
+
 def edited_copy(root, tmp_path, edit):
     copy = tmp_path / "edited"
     shutil.copytree(root / "model", copy)
