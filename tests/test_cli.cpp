@@ -61,9 +61,13 @@ TEST(Cli, UnsupportedCombinationsAreRefused) {
                                  " --set layout.placement=non-colocated --set layout.encoder.dp=1 --save-hf /tmp/x");
   EXPECT_EQ(code, 2) << out;
   EXPECT_TRUE(contains(out, "needs both modules on the same ranks")) << out;
-  std::tie(code, out) = run_command(kHetpar + " train " + kQuickstart + " --set layout.llm.cp=2 --set layout.encoder.dp=4");
+  std::tie(code, out) = run_command(kHetpar + " train " + kQuickstart + " --set layout.llm.tp=1 --set layout.llm.pp=2");
   EXPECT_EQ(code, 2) << out;
-  EXPECT_TRUE(contains(out, "cp and pp must be 1")) << out;
+  EXPECT_TRUE(contains(out, "layout.llm.pp") && contains(out, "pipeline parallelism is not built yet")) << out;
+  std::tie(code, out) = run_command(kHetpar + " train " + kQuickstart +
+                                    " --set layout.placement=non-colocated --set layout.encoder.cp=2");
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_TRUE(contains(out, "layout.encoder.cp") && contains(out, "the encoder takes no context parallelism")) << out;
 }
 
 TEST(Cli, MissingRunFileExitsTwo) {

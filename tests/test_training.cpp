@@ -142,6 +142,20 @@ std::string case_name(const ::testing::TestParamInfo<HeteroCase>& info) { return
 
 INSTANTIATE_TEST_SUITE_P(Placements, HeteroParity, kHeteroCases, case_name);
 
+// LLM context parallelism (sequences of 128 in chunks of 32 or 16; images of
+// 16 rows straddle chunk edges): uniform (the encoder whole on every CP rank),
+// colocated and non-colocated, with TP and DP beside CP.
+INSTANTIATE_TEST_SUITE_P(
+    ContextParallel, HeteroParity,
+    ::testing::Values(
+        HeteroCase{"uniform_cp2", "--set layout.llm.cp=2"},
+        HeteroCase{"uniform_tp2_cp2", "--set layout.llm.tp=2 --set layout.llm.cp=2"},
+        HeteroCase{"uniform_cp4", "--set layout.llm.cp=4"},
+        HeteroCase{"coloc_enc_dp2_llm_cp2", "--set layout.placement=colocated --set layout.encoder.dp=2 --set layout.llm.cp=2"},
+        HeteroCase{"coloc_enc_dp4_llm_cp2_dp2", "--set layout.placement=colocated --set layout.encoder.dp=4 --set layout.llm.cp=2 --set layout.llm.dp=2 --set data.micro_batch_size=1"},
+        HeteroCase{"noncoloc_dp2_to_cp2", "--set layout.placement=non-colocated --set layout.encoder.dp=2 --set layout.llm.cp=2"}),
+    case_name);
+
 // run.precision = "bf16". Measured on the tiny model over 20 steps: bf16
 // against fp32 differs by ~9e-5 relative, a heterogeneous bf16 layout against
 // the uniform bf16 run by 3e-5 to 1.7e-4 (fp32 layouts: ~1e-8). The tolerance

@@ -283,15 +283,21 @@ RunConfig load_run_config_over(const std::string& base_toml, const std::string& 
 }
 
 void check_trainer_supports(const RunConfig& c) {
-  for (const auto& [module, layout] : {std::pair{"encoder", c.placement.encoder}, std::pair{"llm", c.placement.llm}}) {
-    if (layout.cp > 1 || layout.pp > 1) {
-      throw ConfigError(c.source_file, std::string("layout.") + module,
-                        "context and pipeline parallelism are not built yet: cp and pp must be 1, got " +
-                            layout.to_string());
+  const bool uniform = c.placement.placement == Placement::Uniform;
+  // The LLM first: under uniform placement the encoder's layout is the LLM's.
+  for (const auto& [module, layout] : {std::pair{"llm", c.placement.llm}, std::pair{"encoder", c.placement.encoder}}) {
+    if (layout.pp > 1) {
+      throw ConfigError(c.source_file, std::string("layout.") + module + ".pp",
+                        "pipeline parallelism is not built yet: pp must be 1, got " + layout.to_string());
     }
   }
+  // Under uniform placement the encoder takes the LLM's layout and runs whole on every CP rank.
+  if (!uniform && c.placement.encoder.cp > 1) {
+    throw ConfigError(c.source_file, "layout.encoder.cp",
+                      "the encoder takes no context parallelism (an image's tokens are few; split images over "
+                      "layout.encoder.dp instead), got " + c.placement.encoder.to_string());
+  }
 }
-
 
 void check_world_size(const RunConfig& config, int launched_world_size) {
   if (launched_world_size != config.placement.world_size) {

@@ -2,6 +2,9 @@
 
 #include <ATen/ATen.h>
 
+#include <stdexcept>
+
+#include "model/context_attention.hpp"
 #include "model/rope.hpp"
 
 namespace hetpar {
@@ -20,9 +23,10 @@ LinearSpec projection(const AttentionSpec& s, const std::string& name, int64_t o
 
 }  // namespace
 
-ParallelAttention::ParallelAttention(const AttentionSpec& s, Group& tp)
-    : tp_(tp), local_heads_(s.heads / tp.size()), local_kv_heads_(s.kv_heads / tp.size()),
+ParallelAttention::ParallelAttention(const AttentionSpec& s, Group& tp, Group* cp)
+    : tp_(tp), cp_(cp != nullptr && cp->size() > 1 ? cp : nullptr), local_heads_(s.heads / tp.size()), local_kv_heads_(s.kv_heads / tp.size()),
       head_dim_(s.hidden / s.heads), causal_(s.causal) {
+  if (cp_ != nullptr && !causal_) throw std::invalid_argument(s.name + ": context parallelism needs causal attention");
   q_ = register_module("q_proj", std::make_shared<ColumnParallelLinear>(projection(s, "q_proj", s.hidden), tp));
   k_ = register_module("k_proj", std::make_shared<ColumnParallelLinear>(
                                      projection(s, "k_proj", s.kv_heads * head_dim_), tp));
@@ -45,8 +49,9 @@ at::Tensor ParallelAttention::forward(const at::Tensor& x, const at::Tensor& rop
     k = apply_rope(k, rope_cos, rope_sin);
   }
   // Grouped-query attention natively: each kv head serves a run of query heads, no copies of K and V.
-  const at::Tensor o = at::scaled_dot_product_attention(q, k, v, {}, 0.0, causal_, std::nullopt,
-                                                        /*enable_gqa=*/local_kv_heads_ != local_heads_);
+  const at::Tensor o = cp_ != nullptr ? context_parallel_attention(q, k, v, *cp_)
+                                      : at::scaled_dot_product_attention(q, k, v, {}, 0.0, causal_, std::nullopt,
+                                                                         /*enable_gqa=*/local_kv_heads_ != local_heads_);
   return out_->forward(o.transpose(1, 2).reshape({b, s, local_heads_ * head_dim_}));
 }
 

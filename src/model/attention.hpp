@@ -2,7 +2,9 @@
 // column-parallel (each rank computes heads/tp query heads and kv_heads/tp
 // key/value heads, all three in one GEMM), the output projection is
 // row-parallel. Grouped-query
-// attention when kv_heads < heads; rotary embeddings for the LLM.
+// attention when kv_heads < heads; rotary embeddings for the LLM. Given a
+// context-parallel group of more than one rank (causal attention only), x
+// holds this rank's chunks of the sequence (model/context_attention.hpp).
 #pragma once
 
 #include <torch/nn/module.h>
@@ -10,6 +12,7 @@
 #include <memory>
 #include <string>
 
+#include "dist/group.hpp"
 #include "model/rope.hpp"
 #include "tp/parallel_linear.hpp"
 
@@ -29,14 +32,16 @@ struct AttentionSpec {
 
 class ParallelAttention : public torch::nn::Module {
  public:
-  ParallelAttention(const AttentionSpec& spec, Group& tp);
-  // x: [B, S, hidden]; rope: [S, head_dim / 2] cos and sin (rope_tables), or undefined for none.
+  ParallelAttention(const AttentionSpec& spec, Group& tp, Group* cp = nullptr);
+  // x: [B, S, hidden]; rope: [S, head_dim / 2] cos and sin (rope_tables) of
+  // x's positions, or undefined for none.
   at::Tensor forward(const at::Tensor& x, const at::Tensor& rope_cos, const at::Tensor& rope_sin);
 
  private:
   std::shared_ptr<ColumnParallelLinear> q_, k_, v_;
   std::shared_ptr<RowParallelLinear> out_;
   Group& tp_;
+  Group* cp_;  // null or one rank: the whole sequence is here
   int64_t local_heads_, local_kv_heads_, head_dim_;
   bool causal_;
 };

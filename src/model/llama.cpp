@@ -2,8 +2,10 @@
 
 #include <ATen/ATen.h>
 
+#include "model/context_attention.hpp"
+
 namespace hetpar {
-LlamaBlock::LlamaBlock(const LlmConfig& c, const std::string& name, uint64_t seed, Group& tp) {
+LlamaBlock::LlamaBlock(const LlmConfig& c, const std::string& name, uint64_t seed, Group& tp, Group* cp) {
   input_norm_ = register_module("input_layernorm", std::make_shared<RMSNorm>(c.hidden, c.norm_eps));
   AttentionSpec a;
   a.name = name + ".self_attn";
@@ -13,7 +15,7 @@ LlamaBlock::LlamaBlock(const LlmConfig& c, const std::string& name, uint64_t see
   a.kv_heads = c.kv_heads;
   a.causal = true;
   a.seed = seed;
-  attn_ = register_module("self_attn", std::make_shared<ParallelAttention>(a, tp));
+  attn_ = register_module("self_attn", std::make_shared<ParallelAttention>(a, tp, cp));
   post_attention_norm_ = register_module("post_attention_layernorm", std::make_shared<RMSNorm>(c.hidden, c.norm_eps));
   mlp_ = register_module("mlp", std::make_shared<SwiGluMlp>(MlpSpec{name + ".mlp", c.hidden, c.ffn_hidden, seed, 0.02}, tp));
 }
@@ -23,13 +25,14 @@ at::Tensor LlamaBlock::forward(const at::Tensor& x, const at::Tensor& cos, const
   return h + mlp_->forward(post_attention_norm_->forward(h));
 }
 
-LlamaModel::LlamaModel(const LlmConfig& c, uint64_t seed, Group& tp) : config_(c), tp_(tp) {
+LlamaModel::LlamaModel(const LlmConfig& c, uint64_t seed, Group& tp, Group* cp)
+    : config_(c), tp_(tp), cp_(cp != nullptr && cp->size() > 1 ? cp : nullptr) {
   embed_ = register_module("embed_tokens", std::make_shared<VocabParallelEmbedding>("llm.embed_tokens", c.vocab_size,
                                                                                    c.hidden, seed, 0.02, tp));
   auto layers = register_module("layers", std::make_shared<torch::nn::Module>());
   for (int64_t i = 0; i < c.layers; ++i) {
     const std::string name = "llm.layers." + std::to_string(i);
-    blocks_.push_back(layers->register_module(std::to_string(i), std::make_shared<LlamaBlock>(c, name, seed, tp)));
+    blocks_.push_back(layers->register_module(std::to_string(i), std::make_shared<LlamaBlock>(c, name, seed, tp, cp_)));
   }
   norm_ = register_module("norm", std::make_shared<RMSNorm>(c.hidden, c.norm_eps));
   LinearSpec head;
@@ -48,7 +51,12 @@ at::Tensor LlamaModel::forward(const at::Tensor& ids, const at::Tensor& image_ro
   // also on one whose samples hold no image in this micro-batch.
   if (image_rows.defined()) x = x.masked_scatter(image_mask.unsqueeze(-1), image_rows.to(x.scalar_type()));
   const int64_t s = ids.size(1);
-  const at::Tensor cos = rope_cos_.narrow(0, 0, s), sin = rope_sin_.narrow(0, 0, s);
+  at::Tensor cos = rope_cos_.narrow(0, 0, s), sin = rope_sin_.narrow(0, 0, s);
+  if (cp_ != nullptr) {
+    const at::Tensor positions = cp_positions(s * cp_->size(), cp_->rank(), cp_->size());
+    cos = rope_cos_.index_select(0, positions);
+    sin = rope_sin_.index_select(0, positions);
+  }
   for (auto& block : blocks_) x = block->forward(x, cos, sin);
   return lm_head_->forward(norm_->forward(x));
 }

@@ -1,7 +1,10 @@
 // The LLM, Llama style: vocab-parallel embedding, pre-RMSNorm blocks with
 // RoPE + grouped-query causal attention and a SwiGLU MLP, final RMSNorm and
 // an untied, vocab-parallel LM head. Image embeddings replace the embeddings
-// of placeholder tokens before the first block.
+// of placeholder tokens before the first block. Given a context-parallel
+// group of more than one rank, the model runs on this rank's chunks of each
+// sequence (model/context_attention.hpp): ids, image rows and logits are the
+// local part, RoPE angles come from the global positions.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -19,7 +22,7 @@ namespace hetpar {
 
 class LlamaBlock : public torch::nn::Module {
  public:
-  LlamaBlock(const LlmConfig& c, const std::string& name, uint64_t seed, Group& tp);
+  LlamaBlock(const LlmConfig& c, const std::string& name, uint64_t seed, Group& tp, Group* cp);
   at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
  private:
@@ -30,10 +33,11 @@ class LlamaBlock : public torch::nn::Module {
 
 class LlamaModel : public torch::nn::Module {
  public:
-  LlamaModel(const LlmConfig& c, uint64_t seed, Group& tp);
+  LlamaModel(const LlmConfig& c, uint64_t seed, Group& tp, Group* cp = nullptr);
   // ids [B, S] (int64); image_rows [K, hidden] fill, in row-major order, the
   // K positions where image_mask [B, S] is true (both undefined: text only).
-  // Returns this rank's vocab shard of the logits, [B, S, vocab/tp].
+  // Returns this rank's vocab shard of the logits, [B, S, vocab/tp]. Under
+  // CP, S is this rank's part (cp_positions of a sequence cp times as long).
   at::Tensor forward(const at::Tensor& ids, const at::Tensor& image_rows, const at::Tensor& image_mask);
   // Sum over tokens of the cross-entropy of `logits` against `targets` [B, S]
   // (negative targets are ignored).
@@ -43,6 +47,7 @@ class LlamaModel : public torch::nn::Module {
  private:
   LlmConfig config_;
   Group& tp_;
+  Group* cp_;  // null or one rank: whole sequences
   std::shared_ptr<VocabParallelEmbedding> embed_;
   std::vector<std::shared_ptr<LlamaBlock>> blocks_;
   std::shared_ptr<RMSNorm> norm_;

@@ -14,12 +14,12 @@ namespace hetpar {
 // the global target-token count, so a sum is the right reduction.
 void all_reduce_gradients(const std::vector<at::Tensor>& params, Group& dp, int64_t bucket_bytes = 32 << 20);
 
-// What one module on this rank adds to the global squared norm. After the DP
-// reduction replicas hold equal gradients, so only DP coordinate 0 counts;
-// replicated parameters count on TP rank 0 only.
+// What one module on this rank adds to the global squared norm. After the
+// DP x CP reduction replicas hold equal gradients, so only the first (DP and
+// CP coordinates 0) counts; replicated parameters count on TP rank 0 only.
 struct NormShare {
   const MultimodalModel::ParameterSets* params;
-  bool dp_first;
+  bool dp_first;  // dp == 0 and cp == 0
   bool tp_first;
 };
 

@@ -40,7 +40,7 @@ MultimodalModel::ParameterSets trainable_sets(const std::vector<MultimodalModel:
 
 }  // namespace
 
-MultimodalModel::MultimodalModel(const RunConfig& c, Group* encoder_tp, Group* llm_tp)
+MultimodalModel::MultimodalModel(const RunConfig& c, Group* encoder_tp, Group* llm_tp, Group* llm_cp)
     : llm_hidden_(c.llm.hidden), encoder_frozen_(c.encoder.frozen), bf16_(computes_in_bf16(c)) {
   if (encoder_tp) {
     encoder = std::make_shared<VisionEncoder>(c.encoder, c.run.seed, *encoder_tp);
@@ -49,7 +49,7 @@ MultimodalModel::MultimodalModel(const RunConfig& c, Group* encoder_tp, Group* l
       for (at::Tensor& p : encoder->parameters()) p.set_requires_grad(false);
     }
   }
-  if (llm_tp) llm = std::make_shared<LlamaModel>(c.llm, c.run.seed, *llm_tp);
+  if (llm_tp) llm = std::make_shared<LlamaModel>(c.llm, c.run.seed, *llm_tp, llm_cp);
 }
 
 at::Tensor MultimodalModel::encode(const at::Tensor& pixels) {

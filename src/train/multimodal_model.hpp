@@ -16,8 +16,9 @@ namespace hetpar {
 class MultimodalModel {
  public:
   // A module is built only where its TP group is given: a non-colocated rank
-  // holds the encoder and projector, or the LLM.
-  MultimodalModel(const RunConfig& config, Group* encoder_tp, Group* llm_tp);
+  // holds the encoder and projector, or the LLM. Given `llm_cp` (the LLM's
+  // CP group), the LLM runs on this rank's part of each sequence.
+  MultimodalModel(const RunConfig& config, Group* encoder_tp, Group* llm_tp, Group* llm_cp = nullptr);
 
   // Pixels [K, C, H, W] -> embedding rows [K * tokens_per_image, llm hidden],
   // image by image, in activation_dtype(). No images: an empty leaf that

@@ -5,6 +5,7 @@
 
 #include "boundary/boundary_exchange.hpp"
 #include "train/micro_batch_route.hpp"
+#include "train/sequence_part.hpp"
 
 namespace hetpar {
 namespace {
@@ -44,7 +45,11 @@ at::Tensor sequential_micro_batch(const StepContext& ctx, int64_t micro) {
     arrived = exchange->forward(rows_in);
   }
   const at::Tensor arrived_in = exchange ? stage_input(arrived) : rows_in;
-  const at::Tensor loss_share = llm_forward_backward(ctx, batch, arrived_in);
+  // Uniform under LLM CP: every CP rank encoded the micro-batch's images (the
+  // encoder knows no CP) and keeps the rows of its own positions.
+  Group& cp = llm.get(GroupKind::kCp);
+  const at::Tensor llm_rows = uniform && cp.size() > 1 ? image_rows_of_part(rows_in, batch.image_mask, cp) : arrived_in;
+  const at::Tensor loss_share = llm_forward_backward(ctx, batch, llm_rows);
   if (exchange) {  // a collective: every rank takes part, rows or not
     auto timed = ctx.timer.measure(Phase::kBoundaryBackward);
     torch::autograd::backward({arrived}, {grad_or_zeros(arrived_in)});
@@ -58,7 +63,9 @@ at::Tensor sequential_micro_batch(const StepContext& ctx, int64_t micro) {
 
 }  // namespace
 
-at::Tensor llm_forward_backward(const StepContext& ctx, const MicroBatch& batch, const at::Tensor& rows) {
+at::Tensor llm_forward_backward(const StepContext& ctx, const MicroBatch& whole, const at::Tensor& rows) {
+  Group& cp = ctx.groups.llm().get(GroupKind::kCp);
+  const MicroBatch batch = cp.size() > 1 ? sequence_part(whole, cp) : whole;
   at::Tensor loss;
   {
     auto timed = ctx.timer.measure(Phase::kLlmForward);
@@ -69,7 +76,7 @@ at::Tensor llm_forward_backward(const StepContext& ctx, const MicroBatch& batch,
     auto timed = ctx.timer.measure(Phase::kLlmBackward);
     loss.backward();
   }
-  // TP peers hold the same loss: one of them reports it.
+  // TP peers hold the same loss: one of them reports it (each CP rank its part's).
   // Summed in double over the micro-batches, as the step's loss always was.
   return ctx.groups.llm().coord().tp == 0 ? loss.detach().to(at::kDouble) : at::zeros({}, loss.options().dtype(at::kDouble));
 }

@@ -39,8 +39,9 @@ at::Tensor run_micro_batches(const StepContext& ctx);
 // The non-colocated schedule (step_schedule_noncolocated.cpp).
 at::Tensor run_noncolocated_micro_batches(const StepContext& ctx);
 
-// LLM forward and backward of this rank's `batch`, its image rows given by
-// `rows` (a stage input: the gradient stays in rows.grad()). Returns this
+// LLM forward and backward of this rank's `batch` (whole sequences; under
+// LLM CP it takes its part), its image rows given by `rows` (those of its
+// part; a stage input: the gradient stays in rows.grad()). Returns this
 // rank's share of the loss, detached (0 off the LLM's TP rank 0).
 at::Tensor llm_forward_backward(const StepContext& ctx, const MicroBatch& batch, const at::Tensor& rows);
 

@@ -85,7 +85,7 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
   Group* llm_tp = llm.active() ? &llm.get(GroupKind::kTp) : nullptr;
   const bool leader = runtime.rank() == 0;
 
-  MultimodalModel model(config, encoder_tp, llm_tp);
+  MultimodalModel model(config, encoder_tp, llm_tp, llm.active() ? &llm.get(GroupKind::kCp) : nullptr);
   if (!outputs.init_hf.empty()) {
     const std::string note = load_hf(model, *encoder_tp, *llm_tp, outputs.init_hf);
     if (leader && !note.empty()) log_info("{}: {}", outputs.init_hf, note);
@@ -96,8 +96,10 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
   const auto encoder_params = model.encoder_side(), llm_params = model.llm_side();
   const std::vector<at::Tensor> encoder_trainable = encoder_params.all(), llm_trainable = llm_params.all();
   std::vector<NormShare> norm_shares;
-  if (encoder.active()) norm_shares.push_back({&encoder_params, encoder.coord().dp == 0, encoder.coord().tp == 0});
-  if (llm.active()) norm_shares.push_back({&llm_params, llm.coord().dp == 0, llm.coord().tp == 0});
+  // After the sync over dp x cp every replica and CP rank holds the same gradients: one of them counts.
+  auto first_replica = [](const ModuleGroups& m) { return m.coord().dp == 0 && m.coord().cp == 0; };
+  if (encoder.active()) norm_shares.push_back({&encoder_params, first_replica(encoder), encoder.coord().tp == 0});
+  if (llm.active()) norm_shares.push_back({&llm_params, first_replica(llm), llm.coord().tp == 0});
 
   const CheckpointParts checkpoint_parts{config, model, optimizer, runtime.world(),
                                         encoder.active() ? encoder.coord().tp : 0, llm.active() ? llm.coord().tp : 0};
@@ -154,9 +156,10 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
     const double local_loss = run_micro_batches(ctx).item<double>();  // the step's one read of the loss
     double grad_norm = 0;
     {
-      auto timed = timer.measure(Phase::kGradSync);  // each module over its own DP group, then the global norm
-      if (encoder.active()) all_reduce_gradients(encoder_trainable, encoder.get(GroupKind::kDp));
-      if (llm.active()) all_reduce_gradients(llm_trainable, llm.get(GroupKind::kDp));
+      // Each module over its own DP x CP group (CP ranks hold partial gradients of the same replica), then the norm.
+      auto timed = timer.measure(Phase::kGradSync);
+      if (encoder.active()) all_reduce_gradients(encoder_trainable, encoder.get(GroupKind::kDataContext));
+      if (llm.active()) all_reduce_gradients(llm_trainable, llm.get(GroupKind::kDataContext));
       grad_norm = global_grad_norm(runtime.world(), norm_shares);
     }
     {
