@@ -32,9 +32,9 @@ PLACEMENTS = ["uniform", "colocated", "non-colocated"]
 PLACEMENT_COLORS = {"uniform": "#8c8c8c", "colocated": "#1f77b4", "non-colocated": "#ff7f0e"}
 OTHER_COLOR = "#2ca02c"
 PHASES = ["encoder_forward", "encoder_backward", "boundary_forward", "boundary_backward",
-          "llm_forward", "llm_backward", "grad_sync", "optimizer", "wait"]
+          "llm_forward", "llm_backward", "grad_sync", "optimizer", "wait", "pipeline_wait"]
 PHASE_COLORS = dict(zip(PHASES, ["#9ecae1", "#3182bd", "#a1d99b", "#31a354", "#fdae6b",
-                                 "#e6550d", "#bcbddc", "#756bb1", "#d9d9d9"]))
+                                 "#e6550d", "#bcbddc", "#756bb1", "#d9d9d9", "#f0f0f0"]))
 MAX_LOSS_COLUMNS = 8
 SPEEDUP_FIELDS = {"tflops_per_gpu": "speedup_tflops", "tokens_per_second": "speedup_tokens"}
 

@@ -139,8 +139,31 @@ INSTANTIATE_TEST_SUITE_P(
                                   "--set layout.llm.dp=2 --set data.micro_batch_size=1"},
         LayoutCase{"noncolocated_1_to_tp2", "--set layout.placement=non-colocated --set layout.encoder.dp=1"},
         LayoutCase{"colocated_encoder_tp2", "--set layout.encoder.tp=2 --set layout.encoder.dp=1 --set layout.llm.tp=1 "
-                                            "--set layout.llm.dp=2 --set data.micro_batch_size=1"}),
+                                            "--set layout.llm.dp=2 --set data.micro_batch_size=1"},
+        LayoutCase{"uniform_pp2", "--set layout.placement=uniform --set layout.encoder.dp=1 --set layout.llm.tp=1 "
+                                  "--set layout.llm.pp=2"}),
     [](const auto& info) { return std::string(info.param.name); });
+
+// Written by a pipeline (each stage's rank holds its layers), read by one rank:
+// each parameter is found on the writer's rank of its stage.
+TEST(Checkpoint, APipelinedCheckpointResumesOnOneRank) {
+  const std::string dir = scratch("pp2_cut"), out_dir = scratch("pp2_resumed");
+  const std::string pp2 = " --set layout.placement=uniform --set layout.encoder.dp=1 --set layout.llm.tp=1 --set layout.llm.pp=2";
+  auto [code, out] = run_command("HETPAR_FAULT=1:5 " + kHetpar + " train " + kRun + kEight + pp2 +
+                                 " --set runtime.timeout_s=5 --out " + dir);
+  ASSERT_EQ(code, 3) << out;
+  std::tie(code, out) = run_command(kHetpar + " train " + kRun + kEight + " --resume " + dir + " --out " + out_dir +
+                                    " --set layout.placement=uniform --set layout.encoder.dp=1 --set layout.llm.tp=1");
+  ASSERT_EQ(code, 0) << out;
+  const auto full = steps_of(runs().full), resumed = steps_of(out_dir);
+  ASSERT_EQ(resumed.size(), 8u);
+  double worst = 0;
+  for (size_t i = 0; i < 8; ++i) {
+    worst = std::max(worst, std::abs(double(resumed[i]["loss"]) - double(full[i]["loss"])) / double(full[i]["loss"]));
+  }
+  std::printf("written under uniform pp2, resumed on one rank: max relative loss difference %.3g\n", worst);
+  EXPECT_LE(worst, 1e-5);
+}
 
 // Damage of every kind is refused before any rank starts, naming the problem.
 TEST(Checkpoint, ABrokenOrForeignCheckpointIsRefused) {

@@ -63,7 +63,16 @@ TEST(Cli, UnsupportedCombinationsAreRefused) {
   EXPECT_TRUE(contains(out, "needs both modules on the same ranks")) << out;
   std::tie(code, out) = run_command(kHetpar + " train " + kQuickstart + " --set layout.llm.tp=1 --set layout.llm.pp=2");
   EXPECT_EQ(code, 2) << out;
-  EXPECT_TRUE(contains(out, "layout.llm.pp") && contains(out, "pipeline parallelism is not built yet")) << out;
+  EXPECT_TRUE(contains(out, "layout.llm.pp") && contains(out, "colocated placement with LLM pipeline parallelism")) << out;
+  std::tie(code, out) = run_command(kHetpar + " train " + kQuickstart +
+                                    " --set layout.placement=non-colocated --set layout.encoder.pp=2 --set layout.encoder.dp=1");
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_TRUE(contains(out, "layout.encoder.pp") && contains(out, "encoder pipeline parallelism is not built yet")) << out;
+  std::tie(code, out) = run_command(kHetpar + " train " + kQuickstart +
+                                    " --set layout.placement=uniform --set layout.encoder.dp=1 --set layout.llm.tp=1 "
+                                    "--set layout.llm.pp=2 --save-hf /tmp/hetpar_never_written");
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_TRUE(contains(out, "needs the whole LLM on every rank")) << out;
   std::tie(code, out) = run_command(kHetpar + " train " + kQuickstart +
                                     " --set layout.placement=non-colocated --set layout.encoder.cp=2");
   EXPECT_EQ(code, 2) << out;

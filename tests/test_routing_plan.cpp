@@ -165,8 +165,19 @@ TEST(RoutingPlan, RejectsWhatItCannotRoute) {
   EXPECT_THROW(plan_boundary(p, {16, 2, {{0}, {}, {}}}), std::invalid_argument);  // 3 samples, dp 2
   EXPECT_THROW(plan_boundary(p, {16, 4, {{0, 2}, {}}}), std::invalid_argument);   // overlapping images
   EXPECT_THROW(plan_boundary(p, {16, 4, {{14}, {}}}), std::invalid_argument);     // past the end
-  const ModulePlacement pp = resolve_placement(Placement::NonColocated, {1, 1, 1, 1}, {1, 1, 2, 1});
-  EXPECT_THROW(plan_boundary(pp, {16, 2, {{0}}}), std::invalid_argument);
+  const ModulePlacement encoder_pp = resolve_placement(Placement::NonColocated, {1, 1, 2, 1}, {1, 1, 1, 1});
+  EXPECT_THROW(plan_boundary(encoder_pp, {16, 2, {{0}}}), std::invalid_argument);
+}
+
+// Under LLM PP only the first stage embeds: encoder rank 0 -> LLM TP2 x PP2
+// on ranks 1-4, of which 1 and 2 are stage 0 (pp is the slowest dimension).
+TEST(RoutingPlan, LlmPipelineTakesRowsOnItsFirstStageOnly) {
+  const ModulePlacement p = resolve_placement(Placement::NonColocated, {1, 1, 1, 1}, {2, 1, 2, 1});
+  const BoundaryPlan b = plan_boundary(p, {16, 2, {{3}}});
+  const Transfers forward{{{0, 1}, {{0, 0, 2}}}, {{0, 2}, {{0, 0, 2}}}};
+  EXPECT_EQ(b.forward, forward);
+  const Transfers backward{{{1, 0}, {{0, 0, 2}}}};
+  EXPECT_EQ(b.backward, backward);
 }
 
 }  // namespace

@@ -32,7 +32,6 @@ int cp_rank_of_position(int64_t pos, int64_t seq_len, int cp) {
 
 BoundaryPlan plan_boundary(const ModulePlacement& p, const BoundaryBatch& batch) {
   require(p.encoder.cp == 1 && p.encoder.pp == 1, "encoder cp and pp must be 1, got " + p.encoder.to_string());
-  require(p.llm.pp == 1, "llm pp must be 1 for now, got " + p.llm.to_string());
   const int samples = static_cast<int>(batch.image_starts.size());
   require(samples % p.llm.dp == 0, std::to_string(samples) + " samples do not split over llm dp " +
                                        std::to_string(p.llm.dp));

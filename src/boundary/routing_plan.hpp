@@ -50,8 +50,10 @@ struct BoundaryPlan {
   std::vector<int64_t> image_position;   // sequence position of each image's first row
 };
 
-// Throws std::invalid_argument when the plan cannot be made: encoder cp/pp or
-// LLM pp above 1 (not supported yet), samples not divisible by the LLM's DP,
+// Under LLM pipeline parallelism the rows go to the ranks of stage 0 (the
+// embedding's), their gradients come from there.
+// Throws std::invalid_argument when the plan cannot be made: encoder cp/pp
+// above 1 (not supported), samples not divisible by the LLM's DP,
 // seq_len not divisible by 2*cp, images overlapping or out of the sequence.
 BoundaryPlan plan_boundary(const ModulePlacement& placement, const BoundaryBatch& batch);
 

@@ -11,6 +11,7 @@
 #include "checkpoint/checkpoint_manifest.hpp"
 #include "io/safetensors.hpp"
 #include "model/param_init.hpp"
+#include "parallel/pipeline_schedule.hpp"
 #include "parallel/rank_grid.hpp"
 #include "util/durable_file.hpp"
 
@@ -57,12 +58,23 @@ void copy_checked(at::Tensor& into, const at::Tensor& from, const std::string& w
   into.copy_(from);
 }
 
-// The writer's job ranks holding DP replica 0's TP shards of a module, by TP rank.
-std::vector<int> writer_shard_ranks(const ModulePlacement& writer, bool encoder_side) {
-  const RankGrid grid(encoder_side ? writer.encoder : writer.llm,
-                      encoder_side ? writer.encoder_ranks.offset : writer.llm_ranks.offset);
+// The writer's pipeline stage holding parameter `name`: a block's by its layer
+// index, the embedding on the first stage, the final norm and head on the last.
+int writer_stage(const RunConfig& writer, const std::string& name, bool encoder_side) {
+  const int stages = writer.placement.llm.pp;
+  if (encoder_side || stages == 1) return 0;
+  const std::string layers = "llm.layers.";
+  if (name.rfind(layers, 0) == 0) return stage_of_layer(writer.llm.layers, stages, std::stoll(name.substr(layers.size())));
+  return name.rfind("llm.embed_tokens", 0) == 0 ? 0 : stages - 1;
+}
+
+// The writer's job ranks holding DP replica 0's TP shards of a parameter, by TP rank.
+std::vector<int> writer_shard_ranks(const RunConfig& writer, const std::string& name, bool encoder_side) {
+  const ModulePlacement& p = writer.placement;
+  const RankGrid grid(encoder_side ? p.encoder : p.llm, encoder_side ? p.encoder_ranks.offset : p.llm_ranks.offset);
+  const int stage = writer_stage(writer, name, encoder_side);
   std::vector<int> ranks;
-  for (int t = 0; t < grid.layout().tp; ++t) ranks.push_back(grid.rank({t, 0, 0, 0}));
+  for (int t = 0; t < grid.layout().tp; ++t) ranks.push_back(grid.rank({t, 0, 0, stage}));
   return ranks;
 }
 
@@ -128,7 +140,7 @@ void load_checkpoint(const CheckpointParts& parts, const std::string& checkpoint
   for (const auto& p : parts.model.named_parameters()) {
     const int tp_rank = p.on_encoder_side ? parts.encoder_tp_rank : parts.llm_tp_rank;
     const int tp_size = p.on_encoder_side ? now.encoder.tp : now.llm.tp;
-    const std::vector<int> writers = writer_shard_ranks(writer.placement, p.on_encoder_side);
+    const std::vector<int> writers = writer_shard_ranks(writer, p.name, p.on_encoder_side);
     auto value = [&](const std::string& name) {
       return resharding ? reader_shard(files, writers, name, p.shard_dim, tp_rank, tp_size) : files.get(me, name);
     };

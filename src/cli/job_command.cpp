@@ -67,6 +67,11 @@ int run_job(const std::string& subcommand, const JobArgs& args, const std::vecto
                         "reading or writing a transformers checkpoint needs both modules on the same ranks "
                         "(uniform or colocated), got non-colocated");
     }
+    if (needs_full_model && config.placement.llm.pp > 1) {
+      throw ConfigError(config.source_file, "layout.llm.pp",
+                        "reading or writing a transformers checkpoint needs the whole LLM on every rank, got " +
+                            config.placement.llm.to_string());
+    }
     if (env && args.nproc && args.nproc != env->world_size) {
       throw ConfigError("--nproc", "--nproc",
                         "the launcher started " + std::to_string(env->world_size) + " ranks; drop --nproc");

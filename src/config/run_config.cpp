@@ -159,6 +159,30 @@ std::vector<MultipleRule> multiple_rules(const RunConfig& c) {
   return rules;
 }
 
+// Each stage needs a layer; 1F1B needs a micro-batch in flight per stage;
+// non-colocated, the encoder must run ahead as far as stage 0's warm-up
+// (it takes pp micro-batches' rows before it gives back any gradient).
+void pipeline_rules(const TomlDocument& doc, const RunConfig& c) {
+  const int pp = c.placement.llm.pp;
+  if (pp == 1) return;
+  if (c.llm.layers < pp) {
+    throw ConfigError(file_of(doc, {"llm.layers", "layout.llm.pp"}), "llm.layers",
+                      "must be >= layout.llm.pp = " + num(pp) + " (a layer per stage), got " + num(c.llm.layers));
+  }
+  const int64_t micro_batches = c.data.global_batch_size / (c.data.micro_batch_size * c.placement.llm.dp);
+  if (micro_batches < pp) {
+    throw ConfigError(file_of(doc, {"data.global_batch_size", "data.micro_batch_size", "layout.llm.dp", "layout.llm.pp"}),
+                      "data.global_batch_size",
+                      "gives " + num(micro_batches) + " micro-batches a step per llm dp rank, fewer than the " +
+                          num(pp) + " pipeline stages (layout.llm.pp) that 1F1B keeps busy");
+  }
+  if (c.placement.placement == Placement::NonColocated && c.layout.run_ahead < pp) {
+    throw ConfigError(file_of(doc, {"layout.run_ahead", "layout.llm.pp"}), "layout.run_ahead",
+                      "must be >= layout.llm.pp = " + num(pp) + " (the LLM's first stage takes " + num(pp) +
+                          " micro-batches' rows before it returns a gradient), got " + num(c.layout.run_ahead));
+  }
+}
+
 void check_consistency(const TomlDocument& doc, const RunConfig& c) {
   if (c.data.images_max < c.data.images_min) {
     throw ConfigError(file_of(doc, {"data.images_max", "data.images_min"}), "data.images_max",
@@ -184,6 +208,7 @@ void check_consistency(const TomlDocument& doc, const RunConfig& c) {
                         "must be a multiple of " + rule.divisor_text + ", got " + num(rule.value));
     }
   }
+  pipeline_rules(doc, c);
   if (c.llm.image_token_id >= c.llm.vocab_size) {
     throw ConfigError(file_of(doc, {"llm.image_token_id", "llm.vocab_size"}), "llm.image_token_id",
                       "must be below llm.vocab_size = " + num(c.llm.vocab_size) + ", got " +
@@ -284,12 +309,15 @@ RunConfig load_run_config_over(const std::string& base_toml, const std::string& 
 
 void check_trainer_supports(const RunConfig& c) {
   const bool uniform = c.placement.placement == Placement::Uniform;
-  // The LLM first: under uniform placement the encoder's layout is the LLM's.
-  for (const auto& [module, layout] : {std::pair{"llm", c.placement.llm}, std::pair{"encoder", c.placement.encoder}}) {
-    if (layout.pp > 1) {
-      throw ConfigError(c.source_file, std::string("layout.") + module + ".pp",
-                        "pipeline parallelism is not built yet: pp must be 1, got " + layout.to_string());
-    }
+  if (c.placement.encoder.pp > 1) {
+    throw ConfigError(c.source_file, "layout.encoder.pp",
+                      "encoder pipeline parallelism is not built yet: pp must be 1, got " +
+                          c.placement.encoder.to_string());
+  }
+  if (c.placement.placement == Placement::Colocated && c.placement.llm.pp > 1) {
+    throw ConfigError(c.source_file, "layout.llm.pp",
+                      "the colocated placement with LLM pipeline parallelism is not built yet (uniform and "
+                      "non-colocated are): got " + c.placement.llm.to_string());
   }
   // Under uniform placement the encoder takes the LLM's layout and runs whole on every CP rank.
   if (!uniform && c.placement.encoder.cp > 1) {
@@ -335,7 +363,11 @@ std::string describe_run_file() {
       "  value is taken as a string: --set layout.placement=colocated.\n"
       "Besides each key's own range, the file must be consistent: heads divide hidden sizes,\n"
       "tp divides heads, kv_heads, vocab and hidden sizes, 2 * cp divides llm.seq_len,\n"
-      "micro_batch_size * llm dp divides global_batch_size, and the layouts fit the placement.\n";
+      "micro_batch_size * llm dp divides global_batch_size, and the layouts fit the placement.\n"
+      "With layout.llm.pp > 1 (1F1B): llm.layers >= pp, at least pp micro-batches a step per\n"
+      "  llm dp rank, and non-colocated layout.run_ahead >= pp. Under uniform placement the\n"
+      "  encoder then runs on the first stage's ranks with the LLM's tp (a pipelined\n"
+      "  homogeneous trainer's layout); colocated with llm pp and encoder pp are not built yet.\n";
   return text;
 }
 

@@ -18,6 +18,7 @@ std::string_view phase_name(Phase phase) {
     case Phase::kGradSync: return "grad_sync";
     case Phase::kOptimizer: return "optimizer";
     case Phase::kWait: return "wait";
+    case Phase::kPipelineWait: return "pipeline_wait";
   }
   return "unknown";
 }

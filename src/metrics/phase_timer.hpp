@@ -20,8 +20,9 @@ enum class Phase {
   kGradSync,
   kOptimizer,
   kWait,  // blocked on the other module's rows or gradients
+  kPipelineWait,  // blocked on the LLM's neighbouring pipeline stage: the bubble
 };
-inline constexpr int kPhaseCount = static_cast<int>(Phase::kWait) + 1;
+inline constexpr int kPhaseCount = static_cast<int>(Phase::kPipelineWait) + 1;
 
 // "encoder_forward", ...: the key used in steps.jsonl and results.
 std::string_view phase_name(Phase phase);

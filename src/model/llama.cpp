@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "model/context_attention.hpp"
+#include "parallel/pipeline_schedule.hpp"
 
 namespace hetpar {
 LlamaBlock::LlamaBlock(const LlmConfig& c, const std::string& name, uint64_t seed, Group& tp, Group* cp) {
@@ -25,15 +26,20 @@ at::Tensor LlamaBlock::forward(const at::Tensor& x, const at::Tensor& cos, const
   return h + mlp_->forward(post_attention_norm_->forward(h));
 }
 
-LlamaModel::LlamaModel(const LlmConfig& c, uint64_t seed, Group& tp, Group* cp)
+LlamaModel::LlamaModel(const LlmConfig& c, uint64_t seed, Group& tp, Group* cp, int stage, int stages)
     : config_(c), tp_(tp), cp_(cp != nullptr && cp->size() > 1 ? cp : nullptr) {
-  embed_ = register_module("embed_tokens", std::make_shared<VocabParallelEmbedding>("llm.embed_tokens", c.vocab_size,
-                                                                                   c.hidden, seed, 0.02, tp));
+  if (stage == 0) {
+    embed_ = register_module("embed_tokens", std::make_shared<VocabParallelEmbedding>("llm.embed_tokens", c.vocab_size,
+                                                                                     c.hidden, seed, 0.02, tp));
+  }
   auto layers = register_module("layers", std::make_shared<torch::nn::Module>());
-  for (int64_t i = 0; i < c.layers; ++i) {
+  const StageLayers mine = stage_layers(c.layers, stages, stage);
+  for (int64_t i = mine.first; i < mine.first + mine.count; ++i) {
     const std::string name = "llm.layers." + std::to_string(i);
     blocks_.push_back(layers->register_module(std::to_string(i), std::make_shared<LlamaBlock>(c, name, seed, tp, cp_)));
   }
+  std::tie(rope_cos_, rope_sin_) = rope_tables(c.seq_len, c.hidden / c.heads, c.rope_theta);
+  if (stage != stages - 1) return;
   norm_ = register_module("norm", std::make_shared<RMSNorm>(c.hidden, c.norm_eps));
   LinearSpec head;
   head.name = "llm.lm_head";
@@ -42,24 +48,34 @@ LlamaModel::LlamaModel(const LlmConfig& c, uint64_t seed, Group& tp, Group* cp)
   head.bias = false;
   head.seed = seed;
   lm_head_ = register_module("lm_head", std::make_shared<ColumnParallelLinear>(head, tp));
-  std::tie(rope_cos_, rope_sin_) = rope_tables(c.seq_len, c.hidden / c.heads, c.rope_theta);
 }
 
 at::Tensor LlamaModel::forward(const at::Tensor& ids, const at::Tensor& image_rows, const at::Tensor& image_mask) {
+  return head(blocks(embed(ids, image_rows, image_mask)));
+}
+
+at::Tensor LlamaModel::embed(const at::Tensor& ids, const at::Tensor& image_rows, const at::Tensor& image_mask) {
   at::Tensor x = embed_->forward(ids);
   // Splice even zero rows: the boundary's backward must run on every rank,
   // also on one whose samples hold no image in this micro-batch.
   if (image_rows.defined()) x = x.masked_scatter(image_mask.unsqueeze(-1), image_rows.to(x.scalar_type()));
-  const int64_t s = ids.size(1);
+  return x;
+}
+
+at::Tensor LlamaModel::blocks(const at::Tensor& input) {
+  const int64_t s = input.size(1);
   at::Tensor cos = rope_cos_.narrow(0, 0, s), sin = rope_sin_.narrow(0, 0, s);
   if (cp_ != nullptr) {
     const at::Tensor positions = cp_positions(s * cp_->size(), cp_->rank(), cp_->size());
     cos = rope_cos_.index_select(0, positions);
     sin = rope_sin_.index_select(0, positions);
   }
+  at::Tensor x = input;
   for (auto& block : blocks_) x = block->forward(x, cos, sin);
-  return lm_head_->forward(norm_->forward(x));
+  return x;
 }
+
+at::Tensor LlamaModel::head(const at::Tensor& x) { return lm_head_->forward(norm_->forward(x)); }
 
 at::Tensor LlamaModel::loss_sum(const at::Tensor& logits, const at::Tensor& targets) {
   // In fp32 whatever the logits' precision: the softmax's sums are where bf16 loses most.

@@ -33,12 +33,23 @@ class LlamaBlock : public torch::nn::Module {
 
 class LlamaModel : public torch::nn::Module {
  public:
-  LlamaModel(const LlmConfig& c, uint64_t seed, Group& tp, Group* cp = nullptr);
+  // Under pipeline parallelism, stage `stage` of `stages` holds its layers
+  // (parallel/pipeline_schedule.hpp, named by their global index), the
+  // embedding on the first stage, the final norm and head on the last.
+  LlamaModel(const LlmConfig& c, uint64_t seed, Group& tp, Group* cp = nullptr, int stage = 0, int stages = 1);
   // ids [B, S] (int64); image_rows [K, hidden] fill, in row-major order, the
   // K positions where image_mask [B, S] is true (both undefined: text only).
   // Returns this rank's vocab shard of the logits, [B, S, vocab/tp]. Under
   // CP, S is this rank's part (cp_positions of a sequence cp times as long).
   at::Tensor forward(const at::Tensor& ids, const at::Tensor& image_rows, const at::Tensor& image_mask);
+  // The pieces a pipeline stage runs: embedding with image rows spliced in
+  // (first stage), this stage's blocks over activations [B, S, hidden], and
+  // the final norm and head (last stage).
+  at::Tensor embed(const at::Tensor& ids, const at::Tensor& image_rows, const at::Tensor& image_mask);
+  at::Tensor blocks(const at::Tensor& x);
+  at::Tensor head(const at::Tensor& x);
+  bool first_stage() const { return embed_ != nullptr; }
+  bool last_stage() const { return lm_head_ != nullptr; }
   // Sum over tokens of the cross-entropy of `logits` against `targets` [B, S]
   // (negative targets are ignored).
   at::Tensor loss_sum(const at::Tensor& logits, const at::Tensor& targets);

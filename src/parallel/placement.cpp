@@ -48,12 +48,16 @@ ModulePlacement resolve_placement(Placement placement, const Layout& encoder, co
         throw PlacementError("uniform placement makes the encoder inherit the llm layout, but " +
                              both(encoder, llm) + " were given; drop layout.encoder");
       }
+      // Under LLM PP the encoder runs with the first stage (whose ranks come first: pp is the slowest
+      // dimension), as the embedding it feeds does.
       out.encoder = llm;
-      out.encoder_ranks = {0, llm.size()};
+      out.encoder.pp = 1;
+      out.encoder_ranks = {0, out.encoder.size()};
       out.llm_ranks = {0, llm.size()};
       break;
   }
-  check_rank_ranges(out.encoder_ranks, out.llm_ranks);
+  // Uniform's encoder ranks are the first stage's, inside the LLM's.
+  if (placement != Placement::Uniform) check_rank_ranges(out.encoder_ranks, out.llm_ranks);
   out.world_size = std::max(out.encoder_ranks.end(), out.llm_ranks.end());
   return out;
 }

@@ -19,7 +19,7 @@ struct RankRange {
 
 struct ModulePlacement {
   Placement placement = Placement::Uniform;
-  Layout encoder;            // for Uniform: equal to `llm`
+  Layout encoder;            // for Uniform: `llm` with pp 1, on the LLM's first stage
   Layout llm;
   RankRange encoder_ranks;
   RankRange llm_ranks;
@@ -34,8 +34,9 @@ class PlacementError : public std::runtime_error {
 
 // colocated:     both modules on [0, W); W = encoder.size() = llm.size()
 // non-colocated: encoder on [0, E), LLM on [E, E + L)
-// uniform:       the encoder inherits the LLM's layout and ranks; a given
-//                encoder layout must be the default (all 1) or equal to it
+// uniform:       the encoder inherits the LLM's layout and ranks (with LLM
+//                PP: those of its first stage); a given encoder layout must
+//                be the default (all 1) or equal to the LLM's
 // Throws PlacementError otherwise (also for any dimension < 1).
 ModulePlacement resolve_placement(Placement placement, const Layout& encoder, const Layout& llm);
 

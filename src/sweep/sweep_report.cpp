@@ -63,6 +63,25 @@ std::string side_by_side(const std::vector<const Json*>& ok_runs) {
   return out;
 }
 
+// Runs with an LLM pipeline: the critical rank's time blocked on a
+// neighbouring stage as a share of the step, beside 1F1B's (p - 1) / (m + p - 1).
+std::string pipeline_bubbles(const std::vector<const Json*>& rows) {
+  std::string text;
+  for (const Json* r : rows) {
+    if (number(*r, "bubble_1f1b") <= 0) continue;
+    const double step = number(*r, "step_seconds_median");
+    const double wait = r->contains("phases") ? number((*r)["phases"], "pipeline_wait") : 0.0;
+    text += fmt::format("| {} | {} | {} | {} | {:.1f} | {:.1f} | {:.3f} | {:.3f} |\n", r->value("run_id", ""),
+                        r->value("label", ""), r->value("layout_llm", ""), r->value("micro_batches", 0), 1e3 * wait,
+                        1e3 * step, step > 0 ? wait / step : 0.0, number(*r, "bubble_1f1b"));
+  }
+  if (text.empty()) return "";
+  return "\n## Pipeline bubble\n\nThe critical rank's time blocked on a neighbouring LLM stage (`pipeline_wait`) "
+         "as a share of the step, beside 1F1B's (p - 1) / (m + p - 1) for equal stages.\n\n"
+         "| run | label | llm layout | micro-batches | pipeline_wait ms | step ms | measured | 1F1B |\n"
+         "|---|---|---|---|---|---|---|---|\n" + text;
+}
+
 }  // namespace
 
 SweepVerdict sweep_report(const std::vector<Json>& records, const SweepSpec& spec) {
@@ -124,6 +143,7 @@ SweepVerdict sweep_report(const std::vector<Json>& records, const SweepSpec& spe
                         parity);
   }
   text += "\n## Placements side by side\n\n" + side_by_side(ok_rows);
+  text += pipeline_bubbles(ok_rows);
   text += fmt::format("\nLoss parity (max relative difference of each point's loss curve from its baseline's, "
                       "tolerance {:.0e}): {}\n", spec.loss_rtol,
                       parity_misses == 0 ? fmt::format("every point held it ({} points)", points)

@@ -40,7 +40,7 @@ MultimodalModel::ParameterSets trainable_sets(const std::vector<MultimodalModel:
 
 }  // namespace
 
-MultimodalModel::MultimodalModel(const RunConfig& c, Group* encoder_tp, Group* llm_tp, Group* llm_cp)
+MultimodalModel::MultimodalModel(const RunConfig& c, Group* encoder_tp, Group* llm_tp, Group* llm_cp, int llm_stage)
     : llm_hidden_(c.llm.hidden), encoder_frozen_(c.encoder.frozen), bf16_(computes_in_bf16(c)) {
   if (encoder_tp) {
     encoder = std::make_shared<VisionEncoder>(c.encoder, c.run.seed, *encoder_tp);
@@ -49,7 +49,7 @@ MultimodalModel::MultimodalModel(const RunConfig& c, Group* encoder_tp, Group* l
       for (at::Tensor& p : encoder->parameters()) p.set_requires_grad(false);
     }
   }
-  if (llm_tp) llm = std::make_shared<LlamaModel>(c.llm, c.run.seed, *llm_tp, llm_cp);
+  if (llm_tp) llm = std::make_shared<LlamaModel>(c.llm, c.run.seed, *llm_tp, llm_cp, llm_stage, c.placement.llm.pp);
 }
 
 at::Tensor MultimodalModel::encode(const at::Tensor& pixels) {
@@ -68,6 +68,13 @@ at::Tensor MultimodalModel::llm_logits(const at::Tensor& ids, const at::Tensor& 
                                        const at::Tensor& image_mask) {
   const AutocastScope autocast(bf16_);
   return llm->forward(ids, image_rows, image_mask);
+}
+
+at::Tensor MultimodalModel::llm_stage(const at::Tensor& ids, const at::Tensor& image_rows,
+                                      const at::Tensor& image_mask, const at::Tensor& hidden) {
+  const AutocastScope autocast(bf16_);
+  const at::Tensor x = llm->blocks(llm->first_stage() ? llm->embed(ids, image_rows, image_mask) : hidden);
+  return llm->last_stage() ? llm->head(x) : x;
 }
 
 at::Tensor MultimodalModel::loss_sum(const MicroBatch& b) {

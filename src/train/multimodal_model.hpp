@@ -17,8 +17,10 @@ class MultimodalModel {
  public:
   // A module is built only where its TP group is given: a non-colocated rank
   // holds the encoder and projector, or the LLM. Given `llm_cp` (the LLM's
-  // CP group), the LLM runs on this rank's part of each sequence.
-  MultimodalModel(const RunConfig& config, Group* encoder_tp, Group* llm_tp, Group* llm_cp = nullptr);
+  // CP group), the LLM runs on this rank's part of each sequence; under LLM
+  // pipeline parallelism the rank holds stage `llm_stage` of the LLM.
+  MultimodalModel(const RunConfig& config, Group* encoder_tp, Group* llm_tp, Group* llm_cp = nullptr,
+                  int llm_stage = 0);
 
   // Pixels [K, C, H, W] -> embedding rows [K * tokens_per_image, llm hidden],
   // image by image, in activation_dtype(). No images: an empty leaf that
@@ -26,6 +28,11 @@ class MultimodalModel {
   at::Tensor encode(const at::Tensor& pixels);
   // The LLM's logits for token ids with image rows spliced in at the mask.
   at::Tensor llm_logits(const at::Tensor& ids, const at::Tensor& image_rows, const at::Tensor& image_mask);
+  // This rank's LLM pipeline stage: from ids and image rows (the first stage)
+  // or the previous stage's activations `hidden` [B, S, hidden], to the next
+  // stage's activations or (the last stage) the logits.
+  at::Tensor llm_stage(const at::Tensor& ids, const at::Tensor& image_rows, const at::Tensor& image_mask,
+                       const at::Tensor& hidden);
   // Both modules on this rank's samples (the uniform layout): the sum over the
   // micro-batch's target tokens of the token cross-entropy.
   at::Tensor loss_sum(const MicroBatch& batch);

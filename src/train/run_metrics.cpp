@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "metrics/model_flops.hpp"
+#include "parallel/pipeline_schedule.hpp"
 #include "util/build_info.hpp"
 
 namespace hetpar {
@@ -76,6 +77,7 @@ std::string RunMetrics::step_text(const nlohmann::json& l) const {
 nlohmann::json RunMetrics::metadata() const {
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   const auto& c = config_;
+  const int64_t micro_batches = c.data.global_batch_size / (c.data.micro_batch_size * c.placement.llm.dp);
   return {{"hetpar_version", build_version()},
           {"commit", build_commit()},
           {"torch_version", build_torch_version()},
@@ -91,6 +93,8 @@ nlohmann::json RunMetrics::metadata() const {
           {"layout_encoder", c.placement.encoder.to_string()},
           {"layout_llm", c.placement.llm.to_string()},
           {"run_ahead", c.layout.run_ahead},
+          {"micro_batches", micro_batches},
+          {"bubble_1f1b", one_f_one_b_bubble_fraction(c.placement.llm.pp, micro_batches)},
           {"run", c.run.name},
           {"workload", fmt::format("encoder {}x{} (image {}, patch {}), llm {}x{} (seq {}), batch {}/{}",
                                    c.encoder.hidden, c.encoder.layers, c.encoder.image_size, c.encoder.patch_size,

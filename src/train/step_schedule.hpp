@@ -6,7 +6,9 @@
 // - non-colocated: the encoder ranks run up to `layout.run_ahead`
 //   micro-batches ahead of the LLM ranks, posting rows without waiting and
 //   doing each backward as its gradients come back, so the LLM need not wait
-//   for the encoder (1F1B across the boundary).
+//   for the encoder (1F1B across the boundary);
+// - LLM pipeline parallelism: 1F1B over the LLM's stages, the encoder
+//   feeding the first stage (step_schedule_pipeline.cpp).
 // The backward is staged at the module boundaries (same math as one backward
 // pass) so each phase is timed on its own.
 #pragma once
@@ -38,6 +40,28 @@ at::Tensor run_micro_batches(const StepContext& ctx);
 
 // The non-colocated schedule (step_schedule_noncolocated.cpp).
 at::Tensor run_noncolocated_micro_batches(const StepContext& ctx);
+
+// Where the LLM's first pipeline stage gets each micro-batch's image rows and
+// gives back their gradients: the encoder on its own ranks (uniform) or the
+// boundary from the encoder ranks (non-colocated).
+class ImageRows {
+ public:
+  virtual ~ImageRows() = default;
+  virtual bool needs_pixels() const = 0;  // the micro-batch must carry its images
+  // Micro-batch `micro`'s rows at this rank's positions (`whole`: its whole
+  // sequences), as a stage input whose gradient the LLM's backward fills.
+  virtual at::Tensor forward(int64_t micro, const MicroBatch& whole) = 0;
+  // After the stage's backward of `micro`: the rows' gradient goes back.
+  virtual void backward(int64_t micro) = 0;
+  // At the end of the step: waits for what is still in flight.
+  virtual void finish() {}
+};
+
+// The LLM pipeline on an LLM rank (step_schedule_pipeline.cpp); `stage0_rows`
+// is used on the first stage's ranks only.
+at::Tensor run_llm_pipeline(const StepContext& ctx, ImageRows* stage0_rows);
+// Uniform placement with LLM PP: the encoder runs with the first stage.
+at::Tensor run_uniform_pipeline(const StepContext& ctx);
 
 // LLM forward and backward of this rank's `batch` (whole sequences; under
 // LLM CP it takes its part), its image rows given by `rows` (those of its

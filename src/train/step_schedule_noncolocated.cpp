@@ -2,10 +2,13 @@
 // the encoder runs ahead by up to `layout.run_ahead` micro-batches (posting
 // its rows without waiting) and does each backward as its gradients arrive.
 // With run_ahead = 1 the two halves alternate and each waits for the other.
+// Under LLM PP the LLM ranks run the pipeline (step_schedule_pipeline.cpp)
+// and its first stage takes the rows; the encoder side is the same.
 #include <ATen/ATen.h>
 
 #include <algorithm>
 #include <deque>
+#include <map>
 #include <memory>
 
 #include "boundary/boundary_exchange.hpp"
@@ -96,10 +99,51 @@ at::Tensor llm_side(const StepContext& ctx) {
   return loss_share;
 }
 
+// Under LLM PP: the first stage's rows come over the boundary, one
+// micro-batch at a time in 1F1B order, which is the order the encoder sends.
+class BoundaryRows : public ImageRows {
+ public:
+  explicit BoundaryRows(const StepContext& ctx) : ctx_(ctx) {}
+  bool needs_pixels() const override { return false; }
+  at::Tensor forward(int64_t micro, const MicroBatch&) override {
+    InFlight& f = in_flight_[micro];
+    MicroBatchRoute route;
+    f.exchange = make_exchange(ctx_, micro, -1, route);
+    auto timed = ctx_.timer.measure(Phase::kWait);
+    f.rows = f.exchange->receive_forward(ctx_.config.llm.hidden, rows_tag(micro), ctx_.model.activation_dtype())
+                 .requires_grad_(true);
+    return f.rows;
+  }
+  void backward(int64_t micro) override {
+    InFlight& f = in_flight_.at(micro);
+    auto timed = ctx_.timer.measure(Phase::kBoundaryBackward);
+    for (Group::Pending& p : f.exchange->post_backward(grad_or_zeros(f.rows), grads_tag(micro))) {
+      sends_.push_back(std::move(p));
+    }
+    in_flight_.erase(micro);
+  }
+  void finish() override {
+    auto timed = ctx_.timer.measure(Phase::kWait);
+    wait_all(sends_);
+  }
+
+ private:
+  struct InFlight {
+    std::unique_ptr<BoundaryExchange> exchange;
+    at::Tensor rows;
+  };
+  const StepContext& ctx_;
+  std::map<int64_t, InFlight> in_flight_;
+  std::vector<Group::Pending> sends_;
+};
+
 }  // namespace
 
 at::Tensor run_noncolocated_micro_batches(const StepContext& ctx) {
-  return ctx.groups.encoder().active() ? encoder_side(ctx) : llm_side(ctx);
+  if (ctx.groups.encoder().active()) return encoder_side(ctx);
+  if (ctx.config.placement.llm.pp == 1) return llm_side(ctx);
+  BoundaryRows rows(ctx);
+  return run_llm_pipeline(ctx, ctx.groups.llm().coord().pp == 0 ? &rows : nullptr);
 }
 
 }  // namespace hetpar

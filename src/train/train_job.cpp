@@ -85,7 +85,8 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
   Group* llm_tp = llm.active() ? &llm.get(GroupKind::kTp) : nullptr;
   const bool leader = runtime.rank() == 0;
 
-  MultimodalModel model(config, encoder_tp, llm_tp, llm.active() ? &llm.get(GroupKind::kCp) : nullptr);
+  MultimodalModel model(config, encoder_tp, llm_tp, llm.active() ? &llm.get(GroupKind::kCp) : nullptr,
+                        llm.active() ? llm.coord().pp : 0);
   if (!outputs.init_hf.empty()) {
     const std::string note = load_hf(model, *encoder_tp, *llm_tp, outputs.init_hf);
     if (leader && !note.empty()) log_info("{}: {}", outputs.init_hf, note);
