@@ -2,8 +2,8 @@
 // of image, token and channel) go from the encoder's layout to the LLM's, and
 // gradients come back; both compared bit-exactly with the single-rank view
 // (only data moves). Fan-in, fan-out, uneven ratios, ragged images, CP on the
-// LLM side, colocated and non-colocated (for non-colocated also the
-// point-to-point halves that training uses, against the all-to-all).
+// LLM side, LLM PP (rows to the first stage only), colocated and
+// non-colocated, and the point-to-point halves training uses against the all-to-all.
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
@@ -56,9 +56,10 @@ HETPAR_WORKER(boundary_exchange) {
             "gradient of image {} token {}: {} (summed replicas would be a multiple)", j, i % kTokens,
             rows.grad()[i][0].item<float>());
   }
-  // Non-colocated training uses the point-to-point halves of the same plan:
-  // they must move exactly the same rows and gradients.
-  if (p.placement == Placement::NonColocated) {
+  // Non-colocated training, and colocated training under LLM PP, use the
+  // point-to-point halves of the same plan (a rank's rows for itself stay
+  // local): they must move exactly the same rows and gradients.
+  {
     std::vector<Group::Pending> sends = exchange.post_forward(rows, 40);
     const at::Tensor got = exchange.receive_forward(kHidden, 40);
     require(at::equal(got, out.detach()), "point-to-point forward differs from the all-to-all");
@@ -84,6 +85,8 @@ INSTANTIATE_TEST_SUITE_P(
                       PlacementCase{"dp3_to_dp2_colocated", "colocated", "2,1,1,3", "3,1,1,2", 6},
                       PlacementCase{"dp2_to_dp3_noncolocated", "non-colocated", "1,1,1,2", "1,1,1,3", 5},
                       PlacementCase{"llm_cp2_colocated", "colocated", "1,1,1,4", "1,2,1,2", 4},
+                      PlacementCase{"llm_pp2_colocated", "colocated", "1,1,1,4", "1,1,2,2", 4},
+                      PlacementCase{"llm_tp2_pp2_noncolocated", "non-colocated", "1,1,1,2", "2,1,2,1", 6},
                       PlacementCase{"uniform_tp2", "uniform", "1,1,1,1", "2,1,1,1", 2}),
     [](const auto& info) { return std::string(info.param.name); });
 

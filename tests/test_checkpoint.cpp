@@ -153,10 +153,11 @@ INSTANTIATE_TEST_SUITE_P(
 
 // Written by a pipeline (each stage's rank holds its layers), read by one rank:
 // each parameter is found on the writer's rank of its stage.
-TEST(Checkpoint, APipelinedCheckpointResumesOnOneRank) {
-  const std::string dir = scratch("pp2_cut"), out_dir = scratch("pp2_resumed");
-  const std::string pp2 = " --set layout.placement=uniform --set layout.encoder.dp=1 --set layout.llm.tp=1 --set layout.llm.pp=2";
-  auto [code, out] = run_command("HETPAR_FAULT=1:5 " + kHetpar + " train " + kRun + kEight + pp2 +
+// Written under a pipelined layout (each parameter by the stage that holds
+// it), cut at step 5 by a dead rank, resumed on one rank.
+void expect_resumes_on_one_rank(const std::string& tag, const std::string& layout) {
+  const std::string dir = scratch(tag + "_cut"), out_dir = scratch(tag + "_resumed");
+  auto [code, out] = run_command("HETPAR_FAULT=1:5 " + kHetpar + " train " + kRun + kEight + layout +
                                  " --set runtime.timeout_s=5 --out " + dir);
   ASSERT_EQ(code, 3) << out;
   std::tie(code, out) = run_command(kHetpar + " train " + kRun + kEight + " --resume " + dir + " --out " + out_dir +
@@ -165,8 +166,18 @@ TEST(Checkpoint, APipelinedCheckpointResumesOnOneRank) {
   const auto resumed = steps_of(out_dir);
   ASSERT_EQ(resumed.size(), 8u);
   const double worst = max_relative_loss_difference_from_full(resumed);
-  std::printf("written under uniform pp2, resumed on one rank: max relative loss difference %.3g\n", worst);
+  std::printf("written under %s, resumed on one rank: max relative loss difference %.3g\n", tag.c_str(), worst);
   EXPECT_LE(worst, 1e-5);
+}
+
+TEST(Checkpoint, APipelinedCheckpointResumesOnOneRank) {
+  expect_resumes_on_one_rank("uniform_pp2",
+                             " --set layout.placement=uniform --set layout.encoder.dp=1 --set layout.llm.tp=1 --set layout.llm.pp=2");
+}
+
+TEST(Checkpoint, AnEncoderPipelinedCheckpointResumesOnOneRank) {
+  expect_resumes_on_one_rank("encoder_pp2_llm_pp2", " --set layout.placement=non-colocated --set layout.encoder.pp=2 "
+                                                    "--set layout.encoder.dp=1 --set layout.llm.tp=1 --set layout.llm.pp=2");
 }
 
 // Damage of every kind is refused before any rank starts, naming the problem.

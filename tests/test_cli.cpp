@@ -61,13 +61,14 @@ TEST(Cli, UnsupportedCombinationsAreRefused) {
                                  " --set layout.placement=non-colocated --set layout.encoder.dp=1 --save-hf /tmp/x");
   EXPECT_EQ(code, 2) << out;
   EXPECT_TRUE(contains(out, "needs both modules on the same ranks")) << out;
-  std::tie(code, out) = run_command(kHetpar + " train " + kQuickstart + " --set layout.llm.tp=1 --set layout.llm.pp=2");
-  EXPECT_EQ(code, 2) << out;
-  EXPECT_TRUE(contains(out, "layout.llm.pp") && contains(out, "colocated placement with LLM pipeline parallelism")) << out;
   std::tie(code, out) = run_command(kHetpar + " train " + kQuickstart +
-                                    " --set layout.placement=non-colocated --set layout.encoder.pp=2 --set layout.encoder.dp=1");
+                                    " --set layout.encoder.dp=1 --set layout.encoder.tp=2 --set layout.llm.tp=1 --set layout.llm.pp=2");
   EXPECT_EQ(code, 2) << out;
-  EXPECT_TRUE(contains(out, "layout.encoder.pp") && contains(out, "encoder pipeline parallelism is not built yet")) << out;
+  EXPECT_TRUE(contains(out, "layout.encoder.tp") && contains(out, "an encoder tp group stays inside one stage")) << out;
+  std::tie(code, out) = run_command(kHetpar + " train " + kQuickstart +
+                                    " --set layout.placement=colocated --set layout.encoder.pp=2 --set layout.encoder.dp=1");
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_TRUE(contains(out, "layout.encoder.pp") && contains(out, "encoder pipeline parallelism needs the non-colocated placement")) << out;
   std::tie(code, out) = run_command(kHetpar + " train " + kQuickstart +
                                     " --set layout.placement=uniform --set layout.encoder.dp=1 --set layout.llm.tp=1 "
                                     "--set layout.llm.pp=2 --save-hf /tmp/hetpar_never_written");

@@ -165,8 +165,20 @@ TEST(RoutingPlan, RejectsWhatItCannotRoute) {
   EXPECT_THROW(plan_boundary(p, {16, 2, {{0}, {}, {}}}), std::invalid_argument);  // 3 samples, dp 2
   EXPECT_THROW(plan_boundary(p, {16, 4, {{0, 2}, {}}}), std::invalid_argument);   // overlapping images
   EXPECT_THROW(plan_boundary(p, {16, 4, {{14}, {}}}), std::invalid_argument);     // past the end
-  const ModulePlacement encoder_pp = resolve_placement(Placement::NonColocated, {1, 1, 2, 1}, {1, 1, 1, 1});
-  EXPECT_THROW(plan_boundary(encoder_pp, {16, 2, {{0}}}), std::invalid_argument);
+  const ModulePlacement encoder_cp = resolve_placement(Placement::NonColocated, {1, 2, 1, 1}, {1, 1, 1, 1});
+  EXPECT_THROW(plan_boundary(encoder_cp, {16, 2, {{0}}}), std::invalid_argument);
+}
+
+// Under encoder PP only the last stage sends: encoder PP2 x DP2 on ranks 0-3,
+// of which 2 and 3 are its last stage (dp 0 and 1), to the LLM on rank 4.
+TEST(RoutingPlan, EncoderPipelineSendsFromItsLastStageOnly) {
+  const ModulePlacement p = resolve_placement(Placement::NonColocated, {1, 1, 2, 2}, {1, 1, 1, 1});
+  const BoundaryPlan b = plan_boundary(p, {16, 2, {{3}, {8}}});
+  EXPECT_EQ(b.image_encoder_dp, (std::vector<int>{0, 1}));
+  const Transfers forward{{{2, 4}, {{0, 0, 2}}}, {{3, 4}, {{1, 0, 2}}}};
+  EXPECT_EQ(b.forward, forward);
+  const Transfers backward{{{4, 2}, {{0, 0, 2}}}, {{4, 3}, {{1, 0, 2}}}};
+  EXPECT_EQ(b.backward, backward);
 }
 
 // Under LLM PP only the first stage embeds: encoder rank 0 -> LLM TP2 x PP2

@@ -43,6 +43,15 @@ TEST(RunSummary, WarmUpStepsAreLeftOut) {
   EXPECT_FALSE(s.contains("mfu"));  // absent fields are not invented
 }
 
+TEST(RunSummary, EachPipelineStagesPeakIsItsLargestOverTheRun) {
+  nlohmann::json a = step(1, 9.0, 6, 5), b = step(2, 1.0, 5, 1);
+  a["peak_memory_mib_by_stage"] = {30.0, 12.0};
+  b["peak_memory_mib_by_stage"] = {25.0, 14.0};
+  const nlohmann::json s = summarize_steps({a, b}, 1);
+  EXPECT_EQ(s["peak_memory_mib_by_stage"], nlohmann::json({30.0, 14.0}));  // warm-up included, like the peak
+  EXPECT_FALSE(summarize_steps({step(1, 1.0, 1, 1)}, 0).contains("peak_memory_mib_by_stage"));  // not pipelined
+}
+
 TEST(RunSummary, ShortRunsCountEveryStep) {
   const nlohmann::json s = summarize_steps({step(1, 4.0, 1, 1), step(2, 2.0, 1, 1)}, 5);
   EXPECT_EQ(s["timed_steps"], 2);

@@ -169,22 +169,79 @@ INSTANTIATE_TEST_SUITE_P(
         HeteroCase{"noncoloc_fan_in_2_to_pp2", "--set layout.placement=non-colocated --set layout.encoder.dp=2 --set layout.llm.pp=2 --set data.micro_batch_size=1"}),
     case_name);
 
+// Encoder PP (non-colocated): the encoder's stages run 1F1B among themselves,
+// the last one run_ahead micro-batches ahead of the LLM.
+#define ENCODER_PP "--set layout.placement=non-colocated --set layout.encoder.pp=2 --set data.micro_batch_size=1 "
+INSTANTIATE_TEST_SUITE_P(
+    EncoderPipeline, HeteroParity,
+    ::testing::Values(
+        HeteroCase{"noncoloc_enc_pp2_to_tp2", ENCODER_PP "--set layout.llm.tp=2"},
+        HeteroCase{"noncoloc_enc_pp2_to_pp2", ENCODER_PP "--set layout.llm.pp=2"},
+        HeteroCase{"noncoloc_enc_pp2_run_ahead_1", ENCODER_PP "--set layout.run_ahead=1"},
+        HeteroCase{"noncoloc_enc_pp2_dp2_to_1", ENCODER_PP "--set layout.encoder.dp=2"}),
+    case_name);
+#undef ENCODER_PP
+
+// Colocated with LLM PP: the encoder over every rank, each rank's share of it
+// placed among its stage's 1F1B ops (bubble_fill, or the whole_step order).
+#define COLOCATED_PP "--set layout.placement=colocated --set layout.llm.pp=2 --set data.micro_batch_size=1 "
+INSTANTIATE_TEST_SUITE_P(
+    ColocatedPipeline, HeteroParity,
+    ::testing::Values(
+        HeteroCase{"coloc_enc_dp2_llm_pp2", COLOCATED_PP "--set layout.encoder.dp=2"},
+        HeteroCase{"coloc_enc_dp2_llm_pp2_whole_step", COLOCATED_PP "--set layout.encoder.dp=2 --set layout.encoder_schedule=whole_step"},
+        HeteroCase{"coloc_enc_dp4_llm_cp2_pp2", COLOCATED_PP "--set layout.encoder.dp=4 --set layout.llm.cp=2"},
+        HeteroCase{"coloc_enc_tp2_dp2_llm_pp2_dp2", COLOCATED_PP "--set layout.encoder.tp=2 --set layout.encoder.dp=2 --set layout.llm.dp=2"},
+        HeteroCase{"coloc_enc_dp4_llm_tp2_pp2_in_flight_4", COLOCATED_PP "--set layout.encoder.dp=4 --set layout.llm.tp=2 --set layout.encoder_in_flight=4"},
+        // TP, CP and PP together on 8 ranks (with DP too it would take 16: more than 4 a core here).
+        HeteroCase{"coloc_enc_tp2_dp4_llm_tp2_cp2_pp2", COLOCATED_PP "--set layout.encoder.tp=2 --set layout.encoder.dp=4 --set layout.llm.tp=2 --set layout.llm.cp=2"}),
+    case_name);
+#undef COLOCATED_PP
+
 // Four stages need four layers: against the same 4-layer model on one rank.
 TEST(TrainingPipeline, FourStagesMatchOneRank) {
   const std::string four = "--set llm.layers=4 --set data.micro_batch_size=1";
   const auto one = train("pp4_reference", four);
   const auto pp4 = train("pp4", four + " --set layout.llm.pp=4");
+  const auto coloc = train("coloc_pp4", four + " --set layout.llm.pp=4 --set layout.placement=colocated --set layout.encoder.dp=4");
   ASSERT_EQ(one.size(), 20u);
   ASSERT_EQ(pp4.size(), 20u);
+  ASSERT_EQ(coloc.size(), 20u);
   const double diff = max_relative_loss_difference(pp4, one);
   std::printf("uniform pp4 vs 1 rank, 4 layers: max relative loss difference over 20 steps %.3g\n", diff);
   EXPECT_LE(diff, kLossRtol);
+  const double coloc_diff = max_relative_loss_difference(coloc, one);
+  std::printf("colocated encoder dp4, llm pp4 vs 1 rank: max relative loss difference %.3g\n", coloc_diff);
+  EXPECT_LE(coloc_diff, kLossRtol);
   // The pipeline ran: its critical rank waited on a neighbouring stage, which one rank never does.
   double waited = 0, waited_alone = 0;
   for (const auto& step : pp4) waited += double(step["phases"]["pipeline_wait"]);
   for (const auto& step : one) waited_alone += double(step["phases"]["pipeline_wait"]);
   EXPECT_GT(waited, 0);
   EXPECT_EQ(waited_alone, 0);
+  // Each stage's peak memory is reported; the largest is the run's peak.
+  for (const auto* run : {&pp4, &coloc}) {
+    const nlohmann::json& last = run->back();
+    ASSERT_TRUE(last.contains("peak_memory_mib_by_stage")) << last.dump();
+    const std::vector<double> by_stage = last["peak_memory_mib_by_stage"];
+    ASSERT_EQ(by_stage.size(), 4u);
+    for (double mib : by_stage) EXPECT_GT(mib, 0);
+    EXPECT_DOUBLE_EQ(*std::max_element(by_stage.begin(), by_stage.end()), last["peak_memory_mib"].get<double>());
+  }
+  EXPECT_FALSE(one.back().contains("peak_memory_mib_by_stage"));
+}
+
+// A frozen encoder trains only its projector, on the last encoder stage: no
+// gradient flows between its stages.
+TEST(TrainingPipeline, AFrozenPipelinedEncoderMatchesOneRank) {
+  const std::string frozen = "--set encoder.frozen=true --set data.micro_batch_size=1";
+  const auto one = train("frozen_reference", frozen);
+  const auto pp2 = train("frozen_enc_pp2", frozen + " --set layout.placement=non-colocated --set layout.encoder.pp=2");
+  ASSERT_EQ(one.size(), 20u);
+  ASSERT_EQ(pp2.size(), 20u);
+  const double diff = max_relative_loss_difference(pp2, one);
+  std::printf("frozen encoder pp2 vs 1 rank: max relative loss difference over 20 steps %.3g\n", diff);
+  EXPECT_LE(diff, kLossRtol);
 }
 
 // run.precision = "bf16". Measured on the tiny model over 20 steps: bf16

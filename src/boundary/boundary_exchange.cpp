@@ -27,17 +27,18 @@ at::Tensor move_rows(const at::Tensor& rows, const BoundaryExchange::Route& rout
   return at::zeros({out_rows, rows.size(1)}, rows.options()).index_copy(0, recv_index, got);
 }
 
-// The point-to-point form of move_rows: posts one send per peer.
+// The point-to-point form of move_rows: posts one send per peer. Rows for
+// this rank itself (colocated) wait in `to_self` under their tag.
 std::vector<Group::Pending> post_rows(const at::Tensor& rows, const BoundaryExchange::Route& route, Group& group,
-                                      int tag) {
+                                      int tag, std::map<int, at::Tensor>& to_self) {
   const at::Tensor send = rows.index_select(0, at::tensor(route.send_index, at::kLong).to(rows.device()));
   std::vector<Group::Pending> pending;
   int64_t offset = 0;
   for (int peer = 0; peer < group.size(); ++peer) {
     const int64_t count = route.send_counts[peer];
     if (count == 0) continue;
-    if (peer == group.rank()) throw std::logic_error("boundary point-to-point path: a rank sends rows to itself");
-    pending.push_back(group.isend(send.narrow(0, offset, count), peer, tag));
+    if (peer == group.rank()) to_self[tag] = send.narrow(0, offset, count);
+    else pending.push_back(group.isend(send.narrow(0, offset, count), peer, tag));
     offset += count;
   }
   return pending;
@@ -45,16 +46,26 @@ std::vector<Group::Pending> post_rows(const at::Tensor& rows, const BoundaryExch
 
 // Receives what post_rows sent this rank: [out_rows, hidden], each row at its recv_index.
 at::Tensor receive_rows(const BoundaryExchange::Route& route, int64_t out_rows, int64_t hidden, Group& group, int tag,
-                        at::ScalarType dtype) {
-  std::vector<Group::Pending> pending;
+                        at::ScalarType dtype, std::map<int, at::Tensor>& to_self) {
+  std::vector<std::pair<int, Group::Pending>> pending;
   for (int peer = 0; peer < group.size(); ++peer) {
-    const int64_t count = route.recv_counts[peer];
-    if (count == 0) continue;
-    if (peer == group.rank()) throw std::logic_error("boundary point-to-point path: a rank receives rows from itself");
-    pending.push_back(group.irecv(at::empty({count, hidden}, dtype), peer, tag));
+    if (route.recv_counts[peer] > 0 && peer != group.rank()) {
+      pending.emplace_back(peer, group.irecv(at::empty({route.recv_counts[peer], hidden}, dtype), peer, tag));
+    }
   }
   std::vector<at::Tensor> parts;
-  for (Group::Pending& p : pending) parts.push_back(p.wait());
+  auto next = pending.begin();
+  for (int peer = 0; peer < group.size(); ++peer) {  // in peer order, as recv_index expects
+    if (route.recv_counts[peer] == 0) continue;
+    if (peer != group.rank()) {
+      parts.push_back((next++)->second.wait());
+      continue;
+    }
+    const auto own = to_self.find(tag);
+    if (own == to_self.end()) throw std::logic_error("boundary point-to-point path: this rank's own rows were not posted before they were received");
+    parts.push_back(own->second.to(dtype));
+    to_self.erase(own);
+  }
   const at::Tensor out = at::zeros({out_rows, hidden}, dtype);
   if (parts.empty()) return out;
   return out.index_copy(0, at::tensor(route.recv_index, at::kLong), at::cat(parts));
@@ -141,19 +152,19 @@ std::vector<Group::Pending> BoundaryExchange::post_forward(const at::Tensor& enc
     throw std::invalid_argument("boundary exchange: this rank should post " + std::to_string(encoder_rows_) +
                                 " encoder rows, got " + std::to_string(encoder_rows.size(0)));
   }
-  return post_rows(encoder_rows.detach(), forward_, group_, tag);
+  return post_rows(encoder_rows.detach(), forward_, group_, tag, to_self_);
 }
 
 at::Tensor BoundaryExchange::receive_forward(int64_t hidden, int tag, at::ScalarType dtype) const {
-  return receive_rows(forward_, needed_rows(), hidden, group_, tag, dtype);
+  return receive_rows(forward_, needed_rows(), hidden, group_, tag, dtype, to_self_);
 }
 
 std::vector<Group::Pending> BoundaryExchange::post_backward(const at::Tensor& grad_rows, int tag) const {
-  return post_rows(grad_rows, backward_, group_, tag);
+  return post_rows(grad_rows, backward_, group_, tag, to_self_);
 }
 
 at::Tensor BoundaryExchange::receive_backward(int64_t hidden, int tag, at::ScalarType dtype) const {
-  return receive_rows(backward_, encoder_rows_, hidden, group_, tag, dtype);
+  return receive_rows(backward_, encoder_rows_, hidden, group_, tag, dtype, to_self_);
 }
 
 }  // namespace hetpar

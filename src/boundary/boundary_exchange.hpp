@@ -8,6 +8,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <map>
 #include <vector>
 
 #include "boundary/routing_plan.hpp"
@@ -35,7 +36,8 @@ class BoundaryExchange {
   // them, and the gradients come back the same way. Only data moves, so the
   // caller wires autograd: the LLM side receives a leaf, the encoder side
   // calls backward on its rows with the gradient it receives. `tag` tells
-  // micro-batches apart; a rank may not send to itself on this path. The
+  // micro-batches apart. Rows a rank sends itself (colocated) stay in this
+  // object until it receives them, so it must post before it receives. The
   // receiver names the dtype the sender's rows have (the run's activations).
   std::vector<Group::Pending> post_forward(const at::Tensor& encoder_rows, int tag) const;
   at::Tensor receive_forward(int64_t hidden, int tag, at::ScalarType dtype = at::kFloat) const;  // [needed_rows(), hidden]
@@ -59,6 +61,7 @@ class BoundaryExchange {
   std::vector<std::pair<int, int64_t>> needed_;
   Route forward_, backward_;
   int64_t encoder_rows_ = 0;  // rows this rank holds as an encoder rank
+  mutable std::map<int, at::Tensor> to_self_;  // point-to-point rows for this rank itself, by tag
 };
 
 }  // namespace hetpar

@@ -31,7 +31,7 @@ int cp_rank_of_position(int64_t pos, int64_t seq_len, int cp) {
 }
 
 BoundaryPlan plan_boundary(const ModulePlacement& p, const BoundaryBatch& batch) {
-  require(p.encoder.cp == 1 && p.encoder.pp == 1, "encoder cp and pp must be 1, got " + p.encoder.to_string());
+  require(p.encoder.cp == 1, "encoder cp must be 1, got " + p.encoder.to_string());
   const int samples = static_cast<int>(batch.image_starts.size());
   require(samples % p.llm.dp == 0, std::to_string(samples) + " samples do not split over llm dp " +
                                        std::to_string(p.llm.dp));
@@ -61,7 +61,9 @@ BoundaryPlan plan_boundary(const ModulePlacement& p, const BoundaryBatch& batch)
   for (int j = 0; j < images; ++j) {
     const int e = plan.image_encoder_dp[j];
     const int local = j - first_image_of_group[e];
-    const int sender = encoder.rank({local % p.encoder.tp, 0, e, 0});
+    // Rows leave the encoder's last pipeline stage and enter the LLM's first.
+    const int last = p.encoder.pp - 1;
+    const int sender = encoder.rank({local % p.encoder.tp, 0, e, last});
     const int d = plan.image_sample[j] / samples_per_group;
     // Split the image's rows where the sequence changes CP rank.
     for (int64_t t = 0; t < batch.tokens_per_image;) {
@@ -71,7 +73,7 @@ BoundaryPlan plan_boundary(const ModulePlacement& p, const BoundaryBatch& batch)
       const int cp = cp_rank_of_position(pos, batch.seq_len, p.llm.cp);
       for (int tp = 0; tp < p.llm.tp; ++tp) plan.forward[{sender, llm.rank({tp, cp, d, 0})}].push_back(block);
       const int grad_sender = llm.rank({j % p.llm.tp, cp, d, 0});
-      for (int tp = 0; tp < p.encoder.tp; ++tp) plan.backward[{grad_sender, encoder.rank({tp, 0, e, 0})}].push_back(block);
+      for (int tp = 0; tp < p.encoder.tp; ++tp) plan.backward[{grad_sender, encoder.rank({tp, 0, e, last})}].push_back(block);
       t += tokens;
     }
   }

@@ -52,7 +52,8 @@ struct BoundaryPlan {
 
 // Under LLM pipeline parallelism the rows go to the ranks of stage 0 (the
 // embedding's), their gradients come from there.
-// Throws std::invalid_argument when the plan cannot be made: encoder cp/pp
+// Rows go from the encoder's last pipeline stage to the LLM's first.
+// Throws std::invalid_argument when the plan cannot be made: encoder cp
 // above 1 (not supported), samples not divisible by the LLM's DP,
 // seq_len not divisible by 2*cp, images overlapping or out of the sequence.
 BoundaryPlan plan_boundary(const ModulePlacement& placement, const BoundaryBatch& batch);

@@ -59,13 +59,16 @@ void copy_checked(at::Tensor& into, const at::Tensor& from, const std::string& w
 }
 
 // The writer's pipeline stage holding parameter `name`: a block's by its layer
-// index, the embedding on the first stage, the final norm and head on the last.
+// index; the embeddings on the first stage; the LLM's final norm and head, and
+// the projector, on the last.
 int writer_stage(const RunConfig& writer, const std::string& name, bool encoder_side) {
-  const int stages = writer.placement.llm.pp;
-  if (encoder_side || stages == 1) return 0;
-  const std::string layers = "llm.layers.";
-  if (name.rfind(layers, 0) == 0) return stage_of_layer(writer.llm.layers, stages, std::stoll(name.substr(layers.size())));
-  return name.rfind("llm.embed_tokens", 0) == 0 ? 0 : stages - 1;
+  const int stages = encoder_side ? writer.placement.encoder.pp : writer.placement.llm.pp;
+  if (stages == 1) return 0;
+  const std::string layers = encoder_side ? "encoder.layers." : "llm.layers.";
+  const int64_t layer_count = encoder_side ? writer.encoder.layers : writer.llm.layers;
+  if (name.rfind(layers, 0) == 0) return stage_of_layer(layer_count, stages, std::stoll(name.substr(layers.size())));
+  const bool on_first = encoder_side ? name.rfind("projector.", 0) != 0 : name.rfind("llm.embed_tokens", 0) == 0;
+  return on_first ? 0 : stages - 1;
 }
 
 // The writer's job ranks holding DP replica 0's TP shards of a parameter, by TP rank.

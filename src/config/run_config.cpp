@@ -163,6 +163,11 @@ std::vector<MultipleRule> multiple_rules(const RunConfig& c) {
 // non-colocated, the encoder must run ahead as far as stage 0's warm-up
 // (it takes pp micro-batches' rows before it gives back any gradient).
 void pipeline_rules(const TomlDocument& doc, const RunConfig& c) {
+  if (c.encoder.layers < c.placement.encoder.pp) {
+    throw ConfigError(file_of(doc, {"encoder.layers", "layout.encoder.pp"}), "encoder.layers",
+                      "must be >= layout.encoder.pp = " + num(c.placement.encoder.pp) + " (a layer per stage), got " +
+                          num(c.encoder.layers));
+  }
   const int pp = c.placement.llm.pp;
   if (pp == 1) return;
   if (c.llm.layers < pp) {
@@ -180,6 +185,22 @@ void pipeline_rules(const TomlDocument& doc, const RunConfig& c) {
     throw ConfigError(file_of(doc, {"layout.run_ahead", "layout.llm.pp"}), "layout.run_ahead",
                       "must be >= layout.llm.pp = " + num(pp) + " (the LLM's first stage takes " + num(pp) +
                           " micro-batches' rows before it returns a gradient), got " + num(c.layout.run_ahead));
+  }
+  if (c.placement.placement != Placement::Colocated) return;
+  // Colocated, every rank encodes a share of every micro-batch at a point of
+  // its own stage's order: a collective of the encoder across two stages
+  // would pair calls made at different points, so its TP groups stay inside one.
+  const int per_stage = c.placement.world_size / pp;
+  if (per_stage % c.placement.encoder.tp != 0) {
+    throw ConfigError(file_of(doc, {"layout.encoder.tp", "layout.llm.pp"}), "layout.encoder.tp",
+                      "must divide the " + num(per_stage) + " ranks of each llm pipeline stage (colocated, an "
+                      "encoder tp group stays inside one stage), got " + num(c.placement.encoder.tp));
+  }
+  if (c.layout.encoder_in_flight != 0 && c.layout.encoder_in_flight < pp) {
+    throw ConfigError(file_of(doc, {"layout.encoder_in_flight", "layout.llm.pp"}), "layout.encoder_in_flight",
+                      "must be 0 (llm pp + 1) or >= layout.llm.pp = " + num(pp) + " (the LLM's first stage takes " +
+                          num(pp) + " micro-batches' rows before it returns a gradient), got " +
+                          num(c.layout.encoder_in_flight));
   }
 }
 
@@ -309,15 +330,10 @@ RunConfig load_run_config_over(const std::string& base_toml, const std::string& 
 
 void check_trainer_supports(const RunConfig& c) {
   const bool uniform = c.placement.placement == Placement::Uniform;
-  if (c.placement.encoder.pp > 1) {
+  if (c.placement.encoder.pp > 1 && c.placement.placement != Placement::NonColocated) {
     throw ConfigError(c.source_file, "layout.encoder.pp",
-                      "encoder pipeline parallelism is not built yet: pp must be 1, got " +
-                          c.placement.encoder.to_string());
-  }
-  if (c.placement.placement == Placement::Colocated && c.placement.llm.pp > 1) {
-    throw ConfigError(c.source_file, "layout.llm.pp",
-                      "the colocated placement with LLM pipeline parallelism is not built yet (uniform and "
-                      "non-colocated are): got " + c.placement.llm.to_string());
+                      "encoder pipeline parallelism needs the non-colocated placement (the encoder on ranks of "
+                      "its own), got " + c.placement.encoder.to_string() + " under " + to_string(c.placement.placement));
   }
   // Under uniform placement the encoder takes the LLM's layout and runs whole on every CP rank.
   if (!uniform && c.placement.encoder.cp > 1) {
@@ -367,7 +383,12 @@ std::string describe_run_file() {
       "With layout.llm.pp > 1 (1F1B): llm.layers >= pp, at least pp micro-batches a step per\n"
       "  llm dp rank, and non-colocated layout.run_ahead >= pp. Under uniform placement the\n"
       "  encoder then runs on the first stage's ranks with the LLM's tp (a pipelined\n"
-      "  homogeneous trainer's layout); colocated with llm pp and encoder pp are not built yet.\n";
+      "  homogeneous trainer's layout). Colocated, the encoder spans every rank and each rank\n"
+      "  places its share of the encoder's work by layout.encoder_schedule; encoder tp must\n"
+      "  divide the ranks of a stage.\n"
+      "With layout.encoder.pp > 1 (non-colocated only): encoder.layers >= encoder pp; the\n"
+      "  encoder's stages run 1F1B among themselves, the last layout.run_ahead micro-batches\n"
+      "  ahead of the LLM.\n";
   return text;
 }
 

@@ -76,6 +76,11 @@ struct LayoutConfig {
   Layout encoder;
   Layout llm;
   int64_t run_ahead = 2;  // non-colocated: micro-batches the encoder may run ahead of the LLM
+  // Colocated with LLM PP: where each rank's encoder work goes in the step
+  // (parallel/colocated_pipeline_schedule.hpp), and how many micro-batches a
+  // rank may hold encoded but not yet back-propagated (0: pp + 1).
+  std::string encoder_schedule = "bubble_fill";
+  int64_t encoder_in_flight = 0;
 };
 
 struct RuntimeConfig {

@@ -230,6 +230,12 @@ std::vector<SchemaKey> build_schema() {
           "uniform = the encoder takes the llm's layout and ranks"),
       layout.key<&LayoutConfig::run_ahead>("run_ahead", at_least(1),
           "non-colocated: micro-batches the encoder ranks may run ahead of the llm ranks (1 = they alternate)"),
+      layout.key<&LayoutConfig::encoder_schedule>("encoder_schedule", one_of({"bubble_fill", "whole_step"}),
+          "colocated with llm pp: bubble_fill places each micro-batch's encoder work where the pipeline would "
+          "wait; whole_step encodes every micro-batch first and back-propagates them all last"),
+      layout.key<&LayoutConfig::encoder_in_flight>("encoder_in_flight", at_least(0),
+          "colocated with llm pp, bubble_fill: micro-batches a rank may hold encoded but not yet "
+          "back-propagated (bounds the encoder's activations); 0 = llm pp + 1, else at least llm pp"),
   };
   for (const auto& module_keys : {layout_keys<&LayoutConfig::encoder>("encoder"), layout_keys<&LayoutConfig::llm>("llm")}) {
     keys.insert(keys.end(), module_keys.begin(), module_keys.end());

@@ -77,7 +77,8 @@ RankMemoryEstimate estimate_rank_memory(const RunConfig& c) {
                                 static_cast<double>(projector_parameters(c.encoder, c.llm));
   const double llm_params = static_cast<double>(llm_parameters(c.llm));
   // A frozen encoder's projector still trains; counting it as frozen keeps this a lower bound.
-  const double encoder_bytes = state_bytes(encoder_params, !c.encoder.frozen) / static_cast<double>(p.encoder.tp);
+  const double encoder_bytes =
+      state_bytes(encoder_params, !c.encoder.frozen) / static_cast<double>(p.encoder.tp * p.encoder.pp);
   // A micro-batch's logits and their gradient, fp32: this rank's vocab shard of its CP part of each sequence.
   const double logits = 2.0 * 4.0 * static_cast<double>(c.data.micro_batch_size) * static_cast<double>(c.llm.seq_len) *
                         static_cast<double>(c.llm.vocab_size) / static_cast<double>(p.llm.tp * p.llm.cp);
@@ -88,7 +89,7 @@ RankMemoryEstimate estimate_rank_memory(const RunConfig& c) {
   e.bytes = shared ? encoder_bytes + llm_bytes : std::max(encoder_bytes, llm_bytes);
   e.module = llm_bytes >= encoder_bytes ? "llm" : "encoder";
   e.breakdown = "encoder + projector " + gib(encoder_bytes) + " (" + std::to_string(static_cast<int64_t>(encoder_params)) +
-                " parameters / tp " + std::to_string(p.encoder.tp) + "), llm " + gib(llm_bytes) + " (" +
+                " parameters / tp " + std::to_string(p.encoder.tp) + " / pp " + std::to_string(p.encoder.pp) + "), llm " + gib(llm_bytes) + " (" +
                 std::to_string(static_cast<int64_t>(llm_params)) + " parameters / tp " + std::to_string(p.llm.tp) +
                 " / pp " + std::to_string(p.llm.pp) + ", and the logits)";
   return e;

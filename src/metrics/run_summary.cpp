@@ -42,6 +42,14 @@ nlohmann::json summarize_steps(const std::vector<nlohmann::json>& steps, int64_t
   double peak = 0;
   for (const nlohmann::json& s : steps) peak = std::max(peak, s.value("peak_memory_mib", 0.0));
   out["peak_memory_mib"] = peak;
+  std::vector<double> by_stage;  // pipelined runs: each stage's peak over the run
+  for (const nlohmann::json& s : steps) {
+    const auto it = s.find("peak_memory_mib_by_stage");
+    if (it == s.end() || !it->is_array()) continue;
+    by_stage.resize(std::max(by_stage.size(), it->size()), 0.0);
+    for (size_t i = 0; i < it->size(); ++i) by_stage[i] = std::max(by_stage[i], (*it)[i].get<double>());
+  }
+  if (!by_stage.empty()) out["peak_memory_mib_by_stage"] = by_stage;
   std::map<std::string, std::vector<double>> phases;
   for (const nlohmann::json* s : timed) {
     if (!s->contains("phases")) continue;

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "model/param_init.hpp"
+#include "parallel/pipeline_schedule.hpp"
 
 namespace hetpar {
 
@@ -31,26 +32,39 @@ at::Tensor VitBlock::forward(const at::Tensor& x) {
   return h + mlp_->forward(ln2_->forward(h));
 }
 
-VisionEncoder::VisionEncoder(const EncoderConfig& c, uint64_t seed, Group& tp) : config_(c) {
+VisionEncoder::VisionEncoder(const EncoderConfig& c, uint64_t seed, Group& tp, int stage, int stages) : config_(c) {
   const int64_t patch_in = c.channels * c.patch_size * c.patch_size;
-  // Holders named as in common checkpoints: patch_embedding.weight, ...
-  auto patch = register_module("patch_embedding", std::make_shared<torch::nn::Module>());
-  patch_weight = patch->register_parameter(
-      "weight", init_normal(seed, "vision.patch_embedding.weight", {c.hidden, patch_in}, 0.02));
-  patch_bias = patch->register_parameter("bias", at::zeros({c.hidden}));
-  auto position = register_module("position_embedding", std::make_shared<torch::nn::Module>());
-  position_embedding = position->register_parameter(
-      "weight", init_normal(seed, "vision.position_embedding.weight", {c.patches_per_image(), c.hidden}, 0.02));
+  if (stage == 0) {
+    // Holders named as in common checkpoints: patch_embedding.weight, ...
+    auto patch = register_module("patch_embedding", std::make_shared<torch::nn::Module>());
+    patch_weight = patch->register_parameter(
+        "weight", init_normal(seed, "vision.patch_embedding.weight", {c.hidden, patch_in}, 0.02));
+    patch_bias = patch->register_parameter("bias", at::zeros({c.hidden}));
+    auto position = register_module("position_embedding", std::make_shared<torch::nn::Module>());
+    position_embedding = position->register_parameter(
+        "weight", init_normal(seed, "vision.position_embedding.weight", {c.patches_per_image(), c.hidden}, 0.02));
+  }
   auto layers = register_module("layers", std::make_shared<torch::nn::Module>());
-  for (int64_t i = 0; i < c.layers; ++i) {
+  const StageLayers mine = stage_layers(c.layers, stages, stage);
+  for (int64_t i = mine.first; i < mine.first + mine.count; ++i) {
     const std::string name = "vision.layers." + std::to_string(i);
     blocks_.push_back(layers->register_module(std::to_string(i), std::make_shared<VitBlock>(c, name, seed, tp)));
   }
 }
 
-at::Tensor VisionEncoder::forward(const at::Tensor& pixels) {
-  at::Tensor x = at::linear(patchify(pixels, config_.patch_size), patch_weight, patch_bias) + position_embedding;
+at::Tensor VisionEncoder::forward(const at::Tensor& pixels) { return features(blocks(embed(pixels))); }
+
+at::Tensor VisionEncoder::embed(const at::Tensor& pixels) {
+  return at::linear(patchify(pixels, config_.patch_size), patch_weight, patch_bias) + position_embedding;
+}
+
+at::Tensor VisionEncoder::blocks(const at::Tensor& input) {
+  at::Tensor x = input;
   for (auto& block : blocks_) x = block->forward(x);
+  return x;
+}
+
+at::Tensor VisionEncoder::features(const at::Tensor& x) const {
   return config_.drop_first_token ? x.narrow(1, 1, x.size(1) - 1) : x;
 }
 

@@ -32,13 +32,22 @@ class VitBlock : public torch::nn::Module {
 
 class VisionEncoder : public torch::nn::Module {
  public:
-  VisionEncoder(const EncoderConfig& c, uint64_t seed, Group& tp);
-  // pixels [N, C, H, W] -> [N, tokens_per_image, hidden]
+  // Under pipeline parallelism, stage `stage` of `stages` holds its layers
+  // (parallel/pipeline_schedule.hpp, named by their global index) and the
+  // first stage the patch and position embeddings.
+  VisionEncoder(const EncoderConfig& c, uint64_t seed, Group& tp, int stage = 0, int stages = 1);
+  // pixels [N, C, H, W] -> [N, tokens_per_image, hidden] (the whole encoder on this rank)
   at::Tensor forward(const at::Tensor& pixels);
-  at::Tensor patch_weight, patch_bias, position_embedding;
+  // The pieces a pipeline stage runs: pixels -> [N, patches, hidden] (first
+  // stage); this stage's blocks; the features the projector takes (last stage).
+  at::Tensor embed(const at::Tensor& pixels);
+  at::Tensor blocks(const at::Tensor& x);
+  at::Tensor features(const at::Tensor& x) const;
+  bool first_stage() const { return patch_weight.defined(); }
 
  private:
   EncoderConfig config_;
+  at::Tensor patch_weight, patch_bias, position_embedding;  // first stage only
   std::vector<std::shared_ptr<VitBlock>> blocks_;
 };
 

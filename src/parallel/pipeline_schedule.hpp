@@ -32,8 +32,11 @@ StageLayers stage_layers(int64_t layers, int stages, int stage);
 // The stage holding layer `layer`.
 int stage_of_layer(int64_t layers, int stages, int64_t layer);
 
+// One unit of a stage's work on one micro-batch: the stage's forward or
+// backward, or (colocated encoder, colocated_pipeline_schedule.hpp) this
+// rank's share of the encoder's forward or backward.
 struct PipelineOp {
-  enum Kind { kForward, kBackward } kind;
+  enum Kind { kForward, kBackward, kEncoderForward, kEncoderBackward } kind;
   int64_t micro = 0;
   bool operator==(const PipelineOp&) const = default;
 };

@@ -71,15 +71,20 @@ std::string pipeline_bubbles(const std::vector<const Json*>& rows) {
     if (number(*r, "bubble_1f1b") <= 0) continue;
     const double step = number(*r, "step_seconds_median");
     const double wait = r->contains("phases") ? number((*r)["phases"], "pipeline_wait") : 0.0;
-    text += fmt::format("| {} | {} | {} | {} | {:.1f} | {:.1f} | {:.3f} | {:.3f} |\n", r->value("run_id", ""),
+    std::string memory;
+    if (const auto it = r->find("peak_memory_mib_by_stage"); it != r->end() && it->is_array()) {
+      for (const Json& m : *it) memory += (memory.empty() ? "" : " / ") + fmt::format("{:.0f}", m.get<double>());
+    }
+    text += fmt::format("| {} | {} | {} | {} | {:.1f} | {:.1f} | {:.3f} | {:.3f} | {} |\n", r->value("run_id", ""),
                         r->value("label", ""), r->value("layout_llm", ""), r->value("micro_batches", 0), 1e3 * wait,
-                        1e3 * step, step > 0 ? wait / step : 0.0, number(*r, "bubble_1f1b"));
+                        1e3 * step, step > 0 ? wait / step : 0.0, number(*r, "bubble_1f1b"), memory);
   }
   if (text.empty()) return "";
   return "\n## Pipeline bubble\n\nThe critical rank's time blocked on a neighbouring LLM stage (`pipeline_wait`) "
-         "as a share of the step, beside 1F1B's (p - 1) / (m + p - 1) for equal stages.\n\n"
-         "| run | label | llm layout | micro-batches | pipeline_wait ms | step ms | measured | 1F1B |\n"
-         "|---|---|---|---|---|---|---|---|\n" + text;
+         "as a share of the step, beside 1F1B's (p - 1) / (m + p - 1) for equal stages, and the peak "
+         "resident memory of each stage's ranks (first stage first).\n\n"
+         "| run | label | llm layout | micro-batches | pipeline_wait ms | step ms | measured | 1F1B | peak MiB by stage |\n"
+         "|---|---|---|---|---|---|---|---|---|\n" + text;
 }
 
 }  // namespace

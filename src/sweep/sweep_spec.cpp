@@ -73,6 +73,10 @@ void resolve(SweepRun& run, const std::string& base) {
     // Only the non-colocated schedule reads run_ahead: elsewhere it must not
     // make two equal baselines look different.
     if (config.placement.placement != Placement::NonColocated) config.layout.run_ahead = LayoutConfig{}.run_ahead;
+    if (config.placement.placement != Placement::Colocated || config.placement.llm.pp == 1) {  // likewise
+      config.layout.encoder_schedule = LayoutConfig{}.encoder_schedule;
+      config.layout.encoder_in_flight = LayoutConfig{}.encoder_in_flight;
+    }
     config.run.name = run.id;
     run.config_hash = hash_text(to_toml(config));
     run.config = std::move(config);

@@ -40,11 +40,13 @@ MultimodalModel::ParameterSets trainable_sets(const std::vector<MultimodalModel:
 
 }  // namespace
 
-MultimodalModel::MultimodalModel(const RunConfig& c, Group* encoder_tp, Group* llm_tp, Group* llm_cp, int llm_stage)
+MultimodalModel::MultimodalModel(const RunConfig& c, Group* encoder_tp, Group* llm_tp, Group* llm_cp, int llm_stage,
+                                 int encoder_stage)
     : llm_hidden_(c.llm.hidden), encoder_frozen_(c.encoder.frozen), bf16_(computes_in_bf16(c)) {
   if (encoder_tp) {
-    encoder = std::make_shared<VisionEncoder>(c.encoder, c.run.seed, *encoder_tp);
-    projector = make_projector(c.encoder, c.llm, c.run.seed, *encoder_tp);
+    const int stages = c.placement.encoder.pp;
+    encoder = std::make_shared<VisionEncoder>(c.encoder, c.run.seed, *encoder_tp, encoder_stage, stages);
+    if (encoder_stage == stages - 1) projector = make_projector(c.encoder, c.llm, c.run.seed, *encoder_tp);
     if (encoder_frozen_) {
       for (at::Tensor& p : encoder->parameters()) p.set_requires_grad(false);
     }
@@ -52,16 +54,22 @@ MultimodalModel::MultimodalModel(const RunConfig& c, Group* encoder_tp, Group* l
   if (llm_tp) llm = std::make_shared<LlamaModel>(c.llm, c.run.seed, *llm_tp, llm_cp, llm_stage, c.placement.llm.pp);
 }
 
-at::Tensor MultimodalModel::encode(const at::Tensor& pixels) {
-  if (pixels.size(0) == 0) return at::zeros({0, llm_hidden_}, activation_dtype()).set_requires_grad(true);
+at::Tensor MultimodalModel::encode(const at::Tensor& pixels) { return encoder_stage(pixels, at::Tensor()); }
+
+at::Tensor MultimodalModel::encoder_stage(const at::Tensor& pixels, const at::Tensor& hidden) {
+  const at::Tensor& input = encoder->first_stage() ? pixels : hidden;
+  if (input.size(0) == 0 && encoder_last_stage()) {
+    return at::zeros({0, llm_hidden_}, activation_dtype()).set_requires_grad(true);
+  }
   const AutocastScope autocast(bf16_);
-  at::Tensor features;
+  at::Tensor x;
   {
     std::optional<at::NoGradGuard> no_grad;  // a frozen encoder records no graph
     if (encoder_frozen_) no_grad.emplace();
-    features = encoder->forward(pixels);
+    x = encoder->blocks(encoder->first_stage() ? encoder->embed(input) : input);
   }
-  return projector->forward(features).reshape({-1, llm_hidden_}).to(activation_dtype());
+  if (!encoder_last_stage()) return x;
+  return projector->forward(encoder->features(x)).reshape({-1, llm_hidden_}).to(activation_dtype());
 }
 
 at::Tensor MultimodalModel::llm_logits(const at::Tensor& ids, const at::Tensor& image_rows,

@@ -17,15 +17,22 @@ class MultimodalModel {
  public:
   // A module is built only where its TP group is given: a non-colocated rank
   // holds the encoder and projector, or the LLM. Given `llm_cp` (the LLM's
-  // CP group), the LLM runs on this rank's part of each sequence; under LLM
-  // pipeline parallelism the rank holds stage `llm_stage` of the LLM.
+  // CP group), the LLM runs on this rank's part of each sequence; under
+  // pipeline parallelism the rank holds stage `llm_stage` of the LLM or stage
+  // `encoder_stage` of the encoder (the projector with its last stage).
   MultimodalModel(const RunConfig& config, Group* encoder_tp, Group* llm_tp, Group* llm_cp = nullptr,
-                  int llm_stage = 0);
+                  int llm_stage = 0, int encoder_stage = 0);
 
   // Pixels [K, C, H, W] -> embedding rows [K * tokens_per_image, llm hidden],
   // image by image, in activation_dtype(). No images: an empty leaf that
   // requires grad, so the boundary's backward still runs on this rank.
   at::Tensor encode(const at::Tensor& pixels);
+  // This rank's encoder pipeline stage: from pixels [K, C, H, W] (the first
+  // stage) or the previous stage's activations `hidden` [K, patches, encoder
+  // hidden], to the next stage's activations or (the last stage) the rows
+  // `encode` gives. With the whole encoder on the rank it is `encode`.
+  at::Tensor encoder_stage(const at::Tensor& pixels, const at::Tensor& hidden);
+  bool encoder_last_stage() const { return projector != nullptr; }
   // The LLM's logits for token ids with image rows spliced in at the mask.
   at::Tensor llm_logits(const at::Tensor& ids, const at::Tensor& image_rows, const at::Tensor& image_mask);
   // This rank's LLM pipeline stage: from ids and image rows (the first stage)

@@ -1,5 +1,6 @@
 #include "train/run_metrics.hpp"
 
+#include <algorithm>
 #include <limits>
 
 #include <fmt/format.h>
@@ -8,6 +9,7 @@
 
 #include "metrics/model_flops.hpp"
 #include "parallel/pipeline_schedule.hpp"
+#include "parallel/rank_grid.hpp"
 #include "util/build_info.hpp"
 
 namespace hetpar {
@@ -58,6 +60,18 @@ nlohmann::json RunMetrics::step_line(const StepInputs& in, const StepReport& rep
   for (int p = 0; p < kPhaseCount; ++p) {
     line["phases"][std::string(phase_name(static_cast<Phase>(p)))] = report.critical_phases[p];
   }
+  // Pipelined, the stages hold different layers and micro-batches in flight:
+  // the largest peak among each stage's ranks.
+  const ModulePlacement& placement = config_.placement;
+  if (placement.llm.pp > 1 && report.peak_memory_by_rank.size() == static_cast<size_t>(placement.world_size)) {
+    const RankGrid llm(placement.llm, placement.llm_ranks.offset);
+    std::vector<double> by_stage(placement.llm.pp, 0);
+    for (int r = llm.offset(); r < llm.offset() + llm.size(); ++r) {
+      double& peak = by_stage[llm.coord(r).pp];
+      peak = std::max(peak, report.peak_memory_by_rank[r] / (1 << 20));
+    }
+    line["peak_memory_mib_by_stage"] = by_stage;
+  }
   return line;
 }
 
@@ -93,6 +107,8 @@ nlohmann::json RunMetrics::metadata() const {
           {"layout_encoder", c.placement.encoder.to_string()},
           {"layout_llm", c.placement.llm.to_string()},
           {"run_ahead", c.layout.run_ahead},
+          {"encoder_schedule", c.layout.encoder_schedule},
+          {"encoder_in_flight", c.layout.encoder_in_flight},
           {"micro_batches", micro_batches},
           {"bubble_1f1b", one_f_one_b_bubble_fraction(c.placement.llm.pp, micro_batches)},
           {"run", c.run.name},

@@ -27,6 +27,7 @@ StepReport gather_step_report(Group& world, double loss_share, const PhaseTimer:
   for (int r = 0; r < all.size(0); ++r) {
     report.loss += rows[r][0];
     report.peak_memory_bytes = std::max(report.peak_memory_bytes, rows[r][1]);
+    report.peak_memory_by_rank.push_back(rows[r][1]);
     double busy = 0;
     for (int p = 0; p < kPhaseCount; ++p) busy += p == static_cast<int>(Phase::kWait) || p == static_cast<int>(Phase::kPipelineWait) ? 0 : rows[r][2 + p];
     if (busy > most_busy) {

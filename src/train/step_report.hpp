@@ -4,6 +4,8 @@
 // the rank the others wait for).
 #pragma once
 
+#include <vector>
+
 #include "dist/group.hpp"
 #include "metrics/phase_timer.hpp"
 
@@ -14,6 +16,7 @@ struct StepReport {
   int critical_rank = 0;
   PhaseTimer::Seconds critical_phases{};
   double peak_memory_bytes = 0;     // max over ranks of the peak resident set (CPU)
+  std::vector<double> peak_memory_by_rank;  // each rank's, by job rank
 };
 
 StepReport gather_step_report(Group& world, double loss_share, const PhaseTimer::Seconds& phases);

@@ -93,7 +93,9 @@ void backward_if_graph(const at::Tensor& output, const at::Tensor& grad) {
 
 at::Tensor run_micro_batches(const StepContext& ctx) {
   if (ctx.config.placement.placement == Placement::NonColocated) return run_noncolocated_micro_batches(ctx);
-  if (ctx.config.placement.llm.pp > 1) return run_uniform_pipeline(ctx);  // colocated with PP: refused up front
+  if (ctx.config.placement.llm.pp > 1) {
+    return ctx.config.placement.placement == Placement::Colocated ? run_colocated_pipeline(ctx) : run_uniform_pipeline(ctx);
+  }
   at::Tensor loss = sequential_micro_batch(ctx, 0);
   for (int64_t m = 1; m < ctx.micro_batches; ++m) loss = loss + sequential_micro_batch(ctx, m);
   return loss;

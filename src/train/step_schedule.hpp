@@ -8,7 +8,9 @@
 //   doing each backward as its gradients come back, so the LLM need not wait
 //   for the encoder (1F1B across the boundary);
 // - LLM pipeline parallelism: 1F1B over the LLM's stages, the encoder
-//   feeding the first stage (step_schedule_pipeline.cpp).
+//   feeding the first stage (step_schedule_pipeline.cpp); colocated, every
+//   rank's share of the encoder placed among its stage's 1F1B ops
+//   (step_schedule_colocated_pipeline.cpp).
 // The backward is staged at the module boundaries (same math as one backward
 // pass) so each phase is timed on its own.
 #pragma once
@@ -40,6 +42,13 @@ at::Tensor run_micro_batches(const StepContext& ctx);
 
 // The non-colocated schedule (step_schedule_noncolocated.cpp).
 at::Tensor run_noncolocated_micro_batches(const StepContext& ctx);
+// Colocated with LLM PP (step_schedule_colocated_pipeline.cpp).
+at::Tensor run_colocated_pipeline(const StepContext& ctx);
+
+// Tags of the boundary's point-to-point halves on the world group: each
+// micro-batch's rows and their gradients apart (the pipeline's are above 2^24).
+inline int rows_tag(int64_t micro) { return static_cast<int>(2 * micro); }
+inline int grads_tag(int64_t micro) { return static_cast<int>(2 * micro + 1); }
 
 // Where the LLM's first pipeline stage gets each micro-batch's image rows and
 // gives back their gradients: the encoder on its own ranks (uniform) or the

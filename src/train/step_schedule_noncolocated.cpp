@@ -3,24 +3,29 @@
 // its rows without waiting) and does each backward as its gradients arrive.
 // With run_ahead = 1 the two halves alternate and each waits for the other.
 // Under LLM PP the LLM ranks run the pipeline (step_schedule_pipeline.cpp)
-// and its first stage takes the rows; the encoder side is the same.
+// and its first stage takes the rows. Under encoder PP the encoder's stages
+// run 1F1B among themselves, the last one run_ahead ahead of the LLM:
+//
+//   encoder pp 2, run_ahead 2, LLM pp 1, 4 micro-batches     time ->
+//   enc stage 0   F0 F1 F2 .. .. B0 F3 B1 .. B2 .. B3
+//   enc stage 1      F0 F1 .. B0 F2 B1 F3 B2 .. B3
+//   llm              .. .. L0 .. L1 .. L2 .. L3
+//   F/B: the encoder stage's forward/backward; L: the LLM's forward and
+//   backward of a micro-batch (rows in, their gradients out); '..': waiting.
 #include <ATen/ATen.h>
 
 #include <algorithm>
-#include <deque>
 #include <map>
 #include <memory>
 
 #include "boundary/boundary_exchange.hpp"
+#include "parallel/pipeline_schedule.hpp"
+#include "train/encoder_stage.hpp"
 #include "train/micro_batch_route.hpp"
 #include "train/step_schedule.hpp"
 
 namespace hetpar {
 namespace {
-
-// Message tags: rows and gradients of every micro-batch apart.
-int rows_tag(int64_t micro) { return static_cast<int>(2 * micro); }
-int grads_tag(int64_t micro) { return static_cast<int>(2 * micro + 1); }
 
 std::unique_ptr<BoundaryExchange> make_exchange(const StepContext& ctx, int64_t micro, int encoder_dp,
                                                 MicroBatchRoute& route) {
@@ -34,41 +39,20 @@ void wait_all(std::vector<Group::Pending>& pending) {
   pending.clear();
 }
 
+// The encoder's stages form a pipeline whose last stage runs `run_ahead`
+// micro-batches ahead of the LLM: 1F1B as if the LLM were run_ahead - 1 more
+// stages after it (warm-ups of run_ahead - 1 on the last stage, one more on
+// each stage before it).
 at::Tensor encoder_side(const StepContext& ctx) {
-  struct InFlight {
-    std::unique_ptr<BoundaryExchange> exchange;
-    at::Tensor rows;                     // with the graph its backward needs
-    std::vector<Group::Pending> sends;
-  };
-  const int encoder_dp = ctx.groups.encoder().coord().dp;
-  const int64_t depth = std::min<int64_t>(ctx.config.layout.run_ahead, ctx.micro_batches);
-  std::deque<InFlight> in_flight;
-  int64_t next = 0;
-  for (int64_t done = 0; done < ctx.micro_batches; ++done) {
-    for (; next < ctx.micro_batches && next - done < depth; ++next) {
-      MicroBatchRoute route;
-      InFlight f{make_exchange(ctx, next, encoder_dp, route), {}, {}};
-      {
-        auto timed = ctx.timer.measure(Phase::kEncoderForward);
-        f.rows = ctx.model.encode(assigned_images(ctx.data, ctx.config, route, encoder_dp, ctx.step));
-      }
-      auto timed = ctx.timer.measure(Phase::kBoundaryForward);
-      f.sends = f.exchange->post_forward(f.rows, rows_tag(next));
-      in_flight.push_back(std::move(f));
-    }
-    InFlight& oldest = in_flight.front();
-    at::Tensor grad;
-    {
-      auto timed = ctx.timer.measure(Phase::kWait);
-      grad = oldest.exchange->receive_backward(ctx.config.llm.hidden, grads_tag(done), ctx.model.activation_dtype());
-      wait_all(oldest.sends);
-    }
-    {
-      auto timed = ctx.timer.measure(Phase::kEncoderBackward);
-      backward_if_graph(oldest.rows, grad);
-    }
-    in_flight.pop_front();
+  EncoderStage stage(ctx);
+  const int stages = ctx.config.placement.encoder.pp;
+  const int64_t ahead = std::min<int64_t>(ctx.config.layout.run_ahead, ctx.micro_batches);
+  const int pipeline = stages + static_cast<int>(ahead) - 1;
+  for (const PipelineOp& op : one_f_one_b(pipeline, ctx.groups.encoder().coord().pp, ctx.micro_batches)) {
+    if (op.kind == PipelineOp::kForward) stage.forward(op.micro);
+    else stage.backward(op.micro);
   }
+  stage.finish();
   return at::zeros({}, at::kDouble);  // the encoder reports no loss
 }
 

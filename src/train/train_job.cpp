@@ -86,7 +86,7 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
   const bool leader = runtime.rank() == 0;
 
   MultimodalModel model(config, encoder_tp, llm_tp, llm.active() ? &llm.get(GroupKind::kCp) : nullptr,
-                        llm.active() ? llm.coord().pp : 0);
+                        llm.active() ? llm.coord().pp : 0, encoder.active() ? encoder.coord().pp : 0);
   if (!outputs.init_hf.empty()) {
     const std::string note = load_hf(model, *encoder_tp, *llm_tp, outputs.init_hf);
     if (leader && !note.empty()) log_info("{}: {}", outputs.init_hf, note);

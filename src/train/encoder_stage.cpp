@@ -1,0 +1,94 @@
+#include "train/encoder_stage.hpp"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+
+#include "train/micro_batch_route.hpp"
+
+namespace hetpar {
+namespace {
+
+// Apart from the boundary's (2m, 2m + 1) and the LLM pipeline's (2^24 + ...)
+// tags on the same world group.
+int activation_tag(int64_t micro) { return static_cast<int>((1 << 25) + 2 * micro); }
+int gradient_tag(int64_t micro) { return static_cast<int>((1 << 25) + 2 * micro + 1); }
+
+}  // namespace
+
+EncoderStage::EncoderStage(const StepContext& ctx)
+    : ctx_(ctx),
+      coord_(ctx.groups.encoder().coord()),
+      stages_(ctx.config.placement.encoder.pp),
+      trains_(!ctx.config.encoder.frozen) {}
+
+void EncoderStage::forward(int64_t micro) {
+  const RunConfig& c = ctx_.config;
+  const bool first = coord_.pp == 0, last = coord_.pp == stages_ - 1;
+  const MicroBatchRoute route = route_micro_batch(ctx_.data, c, ctx_.step, micro);
+  InFlight& f = in_flight_[micro];
+  f.images = std::count(route.plan.image_encoder_dp.begin(), route.plan.image_encoder_dp.end(), coord_.dp);
+  if (last) {
+    f.exchange = std::make_unique<BoundaryExchange>(route.plan, c.encoder.tokens_per_image(), ctx_.world, coord_.dp);
+  }
+  const auto no_images = [&] { return at::empty({0, c.encoder.patches_per_image(), c.encoder.hidden}, at::kFloat); };
+  at::Tensor pixels;
+  if (first) {
+    pixels = assigned_images(ctx_.data, c, route, coord_.dp, ctx_.step);
+  } else if (f.images > 0) {
+    auto timed = ctx_.timer.measure(Phase::kPipelineWait);
+    at::Tensor h = at::empty({f.images, c.encoder.patches_per_image(), c.encoder.hidden}, at::kFloat);
+    ctx_.world.recv(h, peer(-1), activation_tag(micro));
+    f.input = trains_ ? h.requires_grad_(true) : h;
+  } else {
+    f.input = no_images();
+  }
+  {
+    auto timed = ctx_.timer.measure(Phase::kEncoderForward);
+    // No images and no boundary to feed: nothing to run (the last stage still posts its empty rows).
+    f.output = !last && f.images == 0 ? no_images() : ctx_.model.encoder_stage(pixels, f.input);
+  }
+  if (last) {
+    auto timed = ctx_.timer.measure(Phase::kBoundaryForward);
+    for (Group::Pending& p : f.exchange->post_forward(f.output, rows_tag(micro))) sends_.push_back(std::move(p));
+  } else if (f.images > 0) {
+    sends_.push_back(ctx_.world.isend(f.output.detach().to(at::kFloat).contiguous(), peer(+1), activation_tag(micro)));
+  }
+}
+
+void EncoderStage::backward(int64_t micro) {
+  const RunConfig& c = ctx_.config;
+  const bool first = coord_.pp == 0, last = coord_.pp == stages_ - 1;
+  InFlight& f = in_flight_.at(micro);
+  at::Tensor grad;
+  if (last) {
+    auto timed = ctx_.timer.measure(Phase::kWait);  // the LLM's side, across the boundary
+    grad = f.exchange->receive_backward(c.llm.hidden, grads_tag(micro), ctx_.model.activation_dtype());
+  } else if (trains_ && f.images > 0) {
+    auto timed = ctx_.timer.measure(Phase::kPipelineWait);
+    grad = at::empty(f.output.sizes(), at::kFloat);
+    ctx_.world.recv(grad, peer(+1), gradient_tag(micro));
+  }
+  if (grad.defined()) {
+    auto timed = ctx_.timer.measure(Phase::kEncoderBackward);
+    backward_if_graph(f.output, grad.to(f.output.scalar_type()));
+  }
+  if (!first && trains_ && f.images > 0) {
+    sends_.push_back(ctx_.world.isend(grad_or_zeros(f.input).contiguous(), peer(-1), gradient_tag(micro)));
+  }
+  in_flight_.erase(micro);
+}
+
+void EncoderStage::finish() {
+  auto timed = ctx_.timer.measure(Phase::kWait);
+  for (Group::Pending& p : sends_) p.wait();
+  sends_.clear();
+}
+
+int EncoderStage::peer(int step) const {
+  GridCoord c = coord_;
+  c.pp += step;
+  return ctx_.groups.encoder().grid().rank(c);
+}
+
+}  // namespace hetpar

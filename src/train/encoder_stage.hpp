@@ -1,0 +1,47 @@
+// One encoder rank's part of a step in the non-colocated placement: the
+// forward or backward of one micro-batch's images (those the boundary plan
+// gives its DP group) through the layers it holds. Pipelined
+// (layout.encoder.pp > 1), activations go to the same (tp, dp) rank of the
+// next stage and their gradients come back, point-to-point; the last stage
+// (the only one without PP) posts the projected rows over the boundary and
+// back-propagates the gradients that come back.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "boundary/boundary_exchange.hpp"
+#include "train/step_schedule.hpp"
+
+namespace hetpar {
+
+class EncoderStage {
+ public:
+  explicit EncoderStage(const StepContext& ctx);
+
+  void forward(int64_t micro);
+  void backward(int64_t micro);
+  void finish();  // waits for the sends still in flight
+
+ private:
+  struct InFlight {
+    std::unique_ptr<BoundaryExchange> exchange;  // last stage only
+    int64_t images = 0;  // this DP group's images in the micro-batch
+    at::Tensor input;    // later stages: the received activations, a stage input
+    at::Tensor output;   // the activations sent on, or the rows posted (last stage)
+  };
+
+  int peer(int step) const;  // the job rank of the same (tp, dp) `step` stages on
+
+  const StepContext& ctx_;
+  GridCoord coord_;
+  int stages_;
+  bool trains_;  // the encoder is not frozen: gradients flow between its stages
+  std::map<int64_t, InFlight> in_flight_;
+  std::vector<Group::Pending> sends_;
+};
+
+}  // namespace hetpar

@@ -1,0 +1,86 @@
+#include "train/pipeline_stage.hpp"
+
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
+
+#include "train/micro_batch_route.hpp"
+#include "train/sequence_part.hpp"
+
+namespace hetpar {
+namespace {
+
+// Apart from the boundary's tags (2m, 2m + 1) on the same world group.
+int activation_tag(int64_t micro) { return static_cast<int>((1 << 24) + 2 * micro); }
+int gradient_tag(int64_t micro) { return static_cast<int>((1 << 24) + 2 * micro + 1); }
+
+}  // namespace
+
+PipelineStage::PipelineStage(const StepContext& ctx, ImageRows* rows)
+    : ctx_(ctx), rows_(rows), coord_(ctx.groups.llm().coord()), stages_(ctx.config.placement.llm.pp),
+      cp_(ctx.groups.llm().get(GroupKind::kCp)), loss_(at::zeros({}, at::kDouble)) {}
+
+void PipelineStage::forward(int64_t micro) {
+  const RunConfig& c = ctx_.config;
+  const bool first = coord_.pp == 0, last = coord_.pp == stages_ - 1;
+  const MicroBatch whole = ctx_.data.micro_batch(ctx_.step, first_sample(c, coord_.dp, micro),
+                                                 c.data.micro_batch_size, first && rows_->needs_pixels());
+  InFlight& f = in_flight_[micro];
+  f.batch = cp_.size() > 1 ? sequence_part(whole, cp_) : whole;
+  at::Tensor image_rows, hidden;
+  if (first) {
+    image_rows = rows_->forward(micro, whole);
+  } else {
+    auto timed = ctx_.timer.measure(Phase::kPipelineWait);
+    at::Tensor h = at::empty({f.batch.ids.size(0), f.batch.ids.size(1), c.llm.hidden}, at::kFloat);
+    ctx_.world.recv(h, peer(-1), activation_tag(micro));
+    f.input = hidden = h.requires_grad_(true);
+  }
+  auto timed = ctx_.timer.measure(Phase::kLlmForward);
+  const at::Tensor out = ctx_.model.llm_stage(f.batch.ids, image_rows, f.batch.image_mask, hidden);
+  if (last) {
+    f.output = ctx_.model.llm->loss_sum(out, f.batch.targets) / ctx_.target_tokens;
+    if (coord_.tp == 0) loss_ = loss_ + f.output.detach().to(at::kDouble);
+  } else {
+    f.output = out;
+    sends_.push_back(ctx_.world.isend(out.detach().to(at::kFloat).contiguous(), peer(+1), activation_tag(micro)));
+  }
+}
+
+void PipelineStage::backward(int64_t micro) {
+  const bool first = coord_.pp == 0, last = coord_.pp == stages_ - 1;
+  InFlight& f = in_flight_.at(micro);
+  if (last) {
+    auto timed = ctx_.timer.measure(Phase::kLlmBackward);
+    f.output.backward();
+  } else {
+    at::Tensor grad = at::empty(f.output.sizes(), at::kFloat);
+    {
+      auto timed = ctx_.timer.measure(Phase::kPipelineWait);
+      ctx_.world.recv(grad, peer(+1), gradient_tag(micro));
+    }
+    auto timed = ctx_.timer.measure(Phase::kLlmBackward);
+    backward_if_graph(f.output, grad.to(f.output.scalar_type()));
+  }
+  if (first) {
+    rows_->backward(micro);
+  } else {
+    sends_.push_back(ctx_.world.isend(grad_or_zeros(f.input).contiguous(), peer(-1), gradient_tag(micro)));
+  }
+  in_flight_.erase(micro);
+}
+
+at::Tensor PipelineStage::finish() {
+  auto timed = ctx_.timer.measure(Phase::kPipelineWait);
+  for (Group::Pending& p : sends_) p.wait();
+  sends_.clear();
+  if (rows_ != nullptr && coord_.pp == 0) rows_->finish();
+  return loss_;
+}
+
+int PipelineStage::peer(int step) const {
+  GridCoord c = coord_;
+  c.pp += step;
+  return ctx_.groups.llm().grid().rank(c);
+}
+
+}  // namespace hetpar
