@@ -38,10 +38,14 @@ build: configure
 hetpar: configure
 	@cmake --build $(BUILD) -j $(JOBS) --target hetpar
 
-# The main job: the default sweep, measured anew each time (--fresh); it
-# prints its report and where its figures and tables are.
+# The main job: this machine's primitives (hetpar calibrate, ~30 s), then the
+# default sweep, measured anew each time (--fresh), each run's step time
+# predicted from that profile beside it; it prints its report and where its
+# figures and tables are.
+PROFILE ?= results/profile.json
 run: hetpar
-	$(BUILD)/hetpar sweep $(SWEEP) --out $(RESULTS) --fresh
+	$(BUILD)/hetpar calibrate --out $(PROFILE)
+	$(BUILD)/hetpar sweep $(SWEEP) --out $(RESULTS) --fresh --profile $(PROFILE)
 
 # Redraw the figures of a results directory.
 plots: deps

@@ -340,6 +340,32 @@ def fig_phases(runs):
     return fig
 
 
+def fig_predicted(runs):
+    """Predicted (sweep --profile) against measured step time, one dot per run; None without predictions."""
+    have = [r for r in runs if not math.isnan(num(r.get("predicted_step_seconds")))]
+    if not have:
+        return None
+    fig, ax = plt.subplots(figsize=(6.5, 6))
+    measured = [1e3 * num(r.get("step_seconds_median")) for r in have]
+    predicted = [1e3 * num(r.get("predicted_step_seconds")) for r in have]
+    for r, x, y in zip(have, measured, predicted):
+        ax.scatter(x, y, color=color(r), edgecolor="black", linewidth=0.5, zorder=3)
+        ax.annotate(str(r.get("run_id")), (x, y), xytext=(4, 2), textcoords="offset points", fontsize=7)
+    top = 1.1 * max(measured + predicted)
+    ax.plot([0, top], [0, top], color="grey", linewidth=1, label="predicted = measured")
+    ax.fill_between([0, top], [0, 0.95 * top], [0, 1.05 * top], color="grey", alpha=0.15, label="±5 %")
+    errors = sorted(abs(y / x - 1) for x, y in zip(measured, predicted))
+    median = errors[len(errors) // 2] if len(errors) % 2 else (errors[len(errors) // 2 - 1] + errors[len(errors) // 2]) / 2
+    ax.set_xlim(0, top)
+    ax.set_ylim(0, top)
+    ax.set_xlabel("measured step time (ms, median)")
+    ax.set_ylabel("predicted step time (ms)")
+    ax.set_title(f"Step-time model vs measurement: median |error| {100 * median:.1f}%, largest {100 * errors[-1]:.1f}%")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left", fontsize=8)
+    return fig
+
+
 def fmt(value, spec, none="—"):
     """Format a number; a trailing "×" in spec is appended literally."""
     suffix = "×" if spec.endswith("×") else ""
@@ -394,6 +420,9 @@ def main(argv=None):
     save(fig_speedup(runs, by_id), out_dir, "speedup_vs_encoder")
     save(fig_loss_curves(runs, by_id, args.results_dir), out_dir, "loss_curves")
     save(fig_phases(runs), out_dir, "phase_breakdown")
+    predicted = fig_predicted(runs)
+    if predicted is not None:
+        save(predicted, out_dir, "predicted_vs_measured")
     table = summary_markdown(runs, by_id)
     (out_dir / "summary.md").write_text(table)
     print(out_dir / "summary.md")

@@ -245,3 +245,44 @@ TEST(Sweep, CompareResultsExitCodes) {
 
 }  // namespace
 }  // namespace hetpar::test
+
+namespace hetpar::test {
+namespace {
+
+// sweep --profile: each finished run's predicted step time beside its
+// measured median, in results.jsonl, results.csv and the report; a profile
+// that cannot be read is refused before any run starts.
+TEST(Sweep, PredictionsSitBesideTheMeasurement) {
+  const std::string out = fresh_dir("sweep_predicted"), profile = out + "_profile.json";
+  auto [code, output] = run_command(std::string(HETPAR_BINARY) + " calibrate --quick --ranks 2 --out " + profile);
+  ASSERT_EQ(code, 0) << output;
+  std::tie(code, output) = run_command(std::string(HETPAR_BINARY) + " sweep " + kSweeps + "/two_points.toml --out " +
+                                       out + " --no-plots --profile " + profile);
+  ASSERT_EQ(code, 0) << output;
+  int predicted = 0;
+  for (const std::string& line : lines_of(out + "/results.jsonl")) {
+    const nlohmann::json r = nlohmann::json::parse(line);
+    if (r["status"] != "ok") continue;
+    ASSERT_TRUE(r.contains("predicted_step_seconds")) << line;
+    EXPECT_GT(r["predicted_step_seconds"].get<double>(), 0) << line;
+    EXPECT_DOUBLE_EQ(r["prediction_error"].get<double>(),
+                     r["predicted_step_seconds"].get<double>() / r["step_seconds_median"].get<double>() - 1);
+    ++predicted;
+  }
+  EXPECT_EQ(predicted, 3);  // two points and their baseline
+  EXPECT_NE(lines_of(out + "/results.csv").front().find("predicted_step_seconds,prediction_error"), std::string::npos);
+  std::ifstream report(out + "/report.md");
+  const std::string text((std::istreambuf_iterator<char>(report)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("## Predicted step time"), std::string::npos) << text;
+  EXPECT_NE(text.find("median |error|"), std::string::npos) << text;
+
+  const std::string never = fresh_dir("sweep_bad_profile");
+  std::tie(code, output) = run_command(std::string(HETPAR_BINARY) + " sweep " + kSweeps + "/two_points.toml --out " +
+                                       never + " --profile " + never + "_missing.json");
+  EXPECT_EQ(code, 2) << output;
+  EXPECT_NE(output.find("cannot read the profile"), std::string::npos) << output;
+  EXPECT_FALSE(fs::exists(never)) << "a run started before the profile was refused";
+}
+
+}  // namespace
+}  // namespace hetpar::test

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <optional>
 
 #include "cli/job_command.hpp"
 #include "launch/local_limits.hpp"
@@ -111,6 +112,9 @@ CLI::App* add_sweep_command(CLI::App& app, SweepArgs& args) {
                   "measure every point and baseline K times, in rounds (runs p001, p001r2, ...); the report and "
                   "compare --results pool the repeats")
       ->check(CLI::Range(1, 99));
+  cmd->add_option("--profile", args.profile,
+                  "a profile from hetpar calibrate: the report and results.csv set each run's predicted step time "
+                  "(plan/step_model) beside the measured one");
   return cmd;
 }
 
@@ -120,6 +124,14 @@ int run_sweep_command(const SweepArgs& args) {
     spec = load_sweep_spec(args.file);
   } catch (const ConfigError& e) {
     die(kExitConfigError, e.what());
+  }
+  std::optional<Profile> profile;
+  if (!args.profile.empty()) {  // read before anything runs: a bad profile wastes no measurement
+    try {
+      profile = Profile::load(args.profile);
+    } catch (const std::runtime_error& e) {
+      die(kExitConfigError, e.what());
+    }
   }
   std::vector<SweepRun> runs = expand_sweep(spec, args.overrides);
   if (args.dry_run) return dry_run(spec, runs, args.launch.empty(), args.repeat);
@@ -142,6 +154,7 @@ int run_sweep_command(const SweepArgs& args) {
     options.plot_script = std::string(HETPAR_SOURCE_DIR) + "/plots/plot_results.py";
   }
   options.retry_failed = args.retry_failed;
+  if (profile) options.profile = &*profile;
   try {
     return run_sweep(spec, runs, options);
   } catch (const SweepDirError& e) {

@@ -22,6 +22,7 @@ struct SweepArgs {
   bool no_plots = false;
   double run_timeout_s = 3600;
   int repeat = 1;  // times each run is measured (repeat_runs)
+  std::string profile;  // hetpar calibrate's profile: predict each run's step time
 };
 
 CLI::App* add_sweep_command(CLI::App& app, SweepArgs& args);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "metrics/point_repeats.hpp"
@@ -87,6 +88,48 @@ std::string pipeline_bubbles(const std::vector<const Json*>& rows) {
          "|---|---|---|---|---|---|---|---|---|\n" + text;
 }
 
+// The step-time model beside the measurement (sweep --profile): each row's
+// error against its (pooled) median, the median and largest absolute error,
+// and whether the model orders each group's rows as the measurement does.
+std::string predictions(const std::vector<const Json*>& rows) {
+  std::string text, failed;
+  std::vector<double> errors;
+  std::map<std::string, std::vector<const Json*>> groups;
+  for (const Json* r : rows) {
+    if (r->contains("prediction_failed")) {
+      failed += fmt::format("- {}: no prediction: {}\n", r->value("run_id", ""), r->value("prediction_failed", ""));
+    }
+    if (!r->contains("predicted_step_seconds")) continue;
+    const double measured = number(*r, "step_seconds_median"), predicted = number(*r, "predicted_step_seconds");
+    const double error = predicted / measured - 1;
+    errors.push_back(std::abs(error));
+    groups[group_of(*r)].push_back(r);
+    text += fmt::format("| {} | {} | {:.1f} | {:.1f} | {:+.1f}% |\n", r->value("run_id", ""), r->value("label", ""),
+                        1e3 * measured, 1e3 * predicted, 100 * error);
+  }
+  if (errors.empty()) return failed.empty() ? "" : "\n## Predicted step time\n\n" + failed;
+  std::sort(errors.begin(), errors.end());
+  const double median = errors.size() % 2 ? errors[errors.size() / 2]
+                                          : (errors[errors.size() / 2 - 1] + errors[errors.size() / 2]) / 2;
+  std::string misordered;
+  for (auto& [group, members] : groups) {
+    auto by = [](const char* field) {
+      return [field](const Json* a, const Json* b) { return number(*a, field) < number(*b, field); };
+    };
+    std::vector<const Json*> measured = members, predicted = members;
+    std::stable_sort(measured.begin(), measured.end(), by("step_seconds_median"));
+    std::stable_sort(predicted.begin(), predicted.end(), by("predicted_step_seconds"));
+    if (measured != predicted) misordered += (misordered.empty() ? "" : ", ") + group;
+  }
+  return fmt::format("\n## Predicted step time\n\nThe step-time model (the sweep's profile, the run's shapes, its "
+                     "schedule simulated) against the measured median: median |error| {:.1f}%, largest {:.1f}% over "
+                     "{} runs; {}.\n\n| run | label | measured ms | predicted ms | error |\n|---|---|---|---|---|\n",
+                     100 * median, 100 * errors.back(), errors.size(),
+                     misordered.empty() ? "every group's runs in the measured order"
+                                        : "runs ordered unlike the measurement in: " + misordered) +
+         text + (failed.empty() ? "" : "\n" + failed);
+}
+
 }  // namespace
 
 SweepVerdict sweep_report(const std::vector<Json>& records, const SweepSpec& spec) {
@@ -149,6 +192,7 @@ SweepVerdict sweep_report(const std::vector<Json>& records, const SweepSpec& spe
   }
   text += "\n## Placements side by side\n\n" + side_by_side(ok_rows);
   text += pipeline_bubbles(ok_rows);
+  text += predictions(ok_rows);
   text += fmt::format("\nLoss parity (max relative difference of each point's loss curve from its baseline's, "
                       "tolerance {:.0e}): {}\n", spec.loss_rtol,
                       parity_misses == 0 ? fmt::format("every point held it ({} points)", points)

@@ -18,6 +18,7 @@
 
 #include "checkpoint/checkpoint_manifest.hpp"
 #include "metrics/results_csv.hpp"
+#include "sweep/sweep_prediction.hpp"
 #include "metrics/run_summary.hpp"
 #include "sweep/sweep_dir.hpp"
 #include "sweep/sweep_report.hpp"
@@ -240,6 +241,7 @@ int run_sweep(const SweepSpec& spec, const std::vector<SweepRun>& runs, const Sw
     ++ran;
     record["run_dir"] = "runs/" + run.id;
     record_outcome(record, outcome, dir);
+    if (options.profile != nullptr) add_prediction(record, *run.config, *options.profile);
     if (record["status"] != "ok") {
       log_error("run {} ({}) {}: {}", run.id, run.label, record["status"].get<std::string>(),
                 record["error"].get<std::string>());
@@ -254,7 +256,8 @@ int run_sweep(const SweepSpec& spec, const std::vector<SweepRun>& runs, const Sw
   log_info("{} {}/{} runs | elapsed {}", progress_bar(ran, to_run), ran, to_run,
            duration_text(std::chrono::duration<double>(Clock::now() - start).count()));
 
-  const std::vector<nlohmann::json> all = read_results(results_path);
+  std::vector<nlohmann::json> all = read_results(results_path);
+  if (options.profile != nullptr) add_predictions(all, runs, *options.profile);
   write_results_csv(all, options.out_dir + "/results.csv");
   const SweepVerdict verdict = write_sweep_report(all, spec, options.out_dir + "/report.md");
   log_info("\n{}", verdict.text);

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "plan/profile.hpp"
 #include "sweep/sweep_spec.hpp"
 
 namespace hetpar {
@@ -24,6 +25,7 @@ struct SweepOptions {
   bool fresh = false;           // empty out_dir (a sweep directory hetpar made) and start over
   bool retry_failed = false;    // run again the runs whose earlier outcome was not "ok"
   double run_timeout_s = 3600;  // wall-clock limit of one run
+  const Profile* profile = nullptr;  // given: each run's predicted step time beside the measured one
 };
 
 // Returns 0 when every valid run succeeded and every point held the loss

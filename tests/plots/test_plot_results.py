@@ -174,3 +174,20 @@ def test_repeats_are_pooled_to_one_bar_at_their_median(results_dir):
     # p001: speed-ups 1.20, 1.786, 1.176 -> median 1.20; tflops 0.036, 0.050, 0.040 -> 0.040
     p001 = [row for row in rows if by_id["p001"]["label"] in row]
     assert len(p001) == 1 and "1.20×" in p001[0] and "0.04" in p001[0], p001
+
+
+def test_predictions_get_their_own_figure_only_when_there_are_some(results_dir):
+    done = plot(results_dir)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not (results_dir / "plots" / "predicted_vs_measured.png").exists()  # no sweep --profile
+    lines = (results_dir / "results.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    for r in records:
+        if r["status"] == "ok":
+            r["predicted_step_seconds"] = 1.08 * r["step_seconds_median"]
+    (results_dir / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    done = plot(results_dir)
+    assert done.returncode == 0, done.stdout + done.stderr
+    png = results_dir / "plots" / "predicted_vs_measured.png"
+    assert png.read_bytes().startswith(PNG_SIGNATURE), png
+    assert str(png) in done.stdout

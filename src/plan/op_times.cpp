@@ -1,0 +1,201 @@
+#include "plan/op_times.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "metrics/model_flops.hpp"
+#include "parallel/pipeline_schedule.hpp"
+
+namespace hetpar {
+namespace {
+
+constexpr double kFloat = 4;  // bytes: activations, gradients and collectives are fp32 on CPU
+
+struct Cost {
+  double forward = 0, backward = 0;
+  Cost& operator+=(const Cost& o) {
+    forward += o.forward;
+    backward += o.backward;
+    return *this;
+  }
+  Cost operator*(double s) const { return {forward * s, backward * s}; }
+};
+
+// Compute that scales with the core's share; collectives as measured.
+struct RankCost {
+  Cost compute, comm;
+  double forward() const { return compute.forward + comm.forward; }
+  double backward() const { return compute.backward + comm.backward; }
+};
+
+// A matmul on `tokens` rows: forward once, backward twice (input and weight gradients).
+Cost matmul(const Profile& p, double tokens, double out, double in) {
+  const double s = p.gemm_seconds(tokens, out, in);
+  return {s, 2 * s};
+}
+
+// A memory-bound op over `elements` values, read and written once; its backward the same again, twice.
+Cost memory(const Profile& p, const char* op, double elements, double passes = 2) {
+  const double s = p.memory_seconds(op, passes * kFloat * elements);
+  return {s, 2 * s};
+}
+
+struct LayerShape {
+  double tokens;         // rows on this rank
+  double hidden, heads, kv_heads, head_dim, mlp;
+  int tp, cp;
+  bool gated, causal;
+  double sequences, seq;  // attention: sequences of seq keys (queries split over cp)
+  const char* norm;
+  const char* activation;
+};
+
+RankCost layer_cost(const Profile& p, const LayerShape& l) {
+  RankCost c;
+  const double q = l.heads * l.head_dim / l.tp, kv = l.kv_heads * l.head_dim / l.tp;
+  c.compute += matmul(p, l.tokens, q + 2 * kv, l.hidden);
+  c.compute += matmul(p, l.tokens, l.hidden, q);
+  c.compute += matmul(p, l.tokens, l.mlp / l.tp, l.hidden) * (l.gated ? 2 : 1);
+  c.compute += matmul(p, l.tokens, l.hidden, l.mlp / l.tp);
+  const double pairs = l.sequences * l.heads / l.tp;
+  c.compute += Cost{p.attention_seconds(pairs, l.seq, l.head_dim, l.causal, false),
+                    p.attention_seconds(pairs, l.seq, l.head_dim, l.causal, true)} *
+               (1.0 / l.cp);
+  c.compute += memory(p, l.norm, l.tokens * l.hidden) * 2;
+  c.compute += memory(p, l.activation, l.tokens * l.mlp / l.tp * (l.gated ? 2 : 1));
+  c.compute += memory(p, "add", l.tokens * l.hidden, 3) * 2;
+  // TP: the attention and MLP outputs all-reduced forward, their input gradients backward.
+  const double tp_bytes = kFloat * l.tokens * l.hidden;
+  const double tp = 2 * p.collective_seconds("all_reduce", l.tp, tp_bytes);
+  // CP: K and V gathered forward, their gradients reduce-scattered backward.
+  const double kv_bytes = 2 * kFloat * l.tokens * l.cp * kv;
+  c.comm += {tp + p.collective_seconds("all_gather", l.cp, kv_bytes),
+             tp + p.collective_seconds("reduce_scatter", l.cp, kv_bytes)};
+  return c;
+}
+
+// `count` layers of one cost.
+RankCost stack(const RankCost& layer, int64_t count) {
+  return {layer.compute * static_cast<double>(count), layer.comm * static_cast<double>(count)};
+}
+
+int64_t micro_batches_of(const RunConfig& c) {
+  return c.data.global_batch_size / (c.data.micro_batch_size * c.placement.llm.dp);
+}
+
+// Images one encoder rank encodes per micro-batch (expected): under uniform
+// placement each LLM rank its own samples' (every CP rank all of them),
+// elsewhere the micro-batch's images of every LLM replica over the encoder's DP.
+double images_per_encoder_rank(const RunConfig& c) {
+  const double per_micro_batch = expected_images_per_step(c) / static_cast<double>(micro_batches_of(c));
+  const int split = c.placement.placement == Placement::Uniform ? c.placement.llm.dp : c.placement.encoder.dp;
+  return per_micro_batch / split;
+}
+
+// Each op's time on one rank with a core to itself, and the compute all
+// ranks do in a step (which ranks sharing cores must fit into them).
+struct Estimate {
+  OpTimes times;
+  double compute_seconds = 0;  // summed over every rank
+};
+
+Estimate estimate(const RunConfig& c, const Profile& p) {
+  const ModulePlacement& pl = c.placement;
+  const double micro_batches = static_cast<double>(micro_batches_of(c));
+  Estimate out;
+  OpTimes& t = out.times;
+
+  // The LLM, stage by stage.
+  const LlmConfig& llm = c.llm;
+  const double tokens = static_cast<double>(c.data.micro_batch_size * llm.seq_len) / pl.llm.cp;
+  const LayerShape llm_layer{tokens, double(llm.hidden), double(llm.heads), double(llm.kv_heads),
+                             double(llm.hidden / llm.heads), double(llm.ffn_hidden), pl.llm.tp, pl.llm.cp, true, true,
+                             double(c.data.micro_batch_size), double(llm.seq_len), "rms_norm", "gelu"};
+  const RankCost layer = layer_cost(p, llm_layer);
+  for (int s = 0; s < pl.llm.pp; ++s) {
+    RankCost stage = stack(layer, stage_layers(llm.layers, pl.llm.pp, s).count);
+    if (s == pl.llm.pp - 1) {  // the head, its loss, and the vocab-parallel loss's small all-reduces
+      stage.compute += matmul(p, tokens, double(llm.vocab_size) / pl.llm.tp, double(llm.hidden));
+      stage.compute += memory(p, "add", tokens * double(llm.vocab_size) / pl.llm.tp, 3);
+      stage.comm += Cost{3 * p.collective_seconds("all_reduce", pl.llm.tp, kFloat * tokens), 0};
+    }
+    t.llm_forward.push_back(stage.forward());
+    t.llm_backward.push_back(stage.backward());
+    out.compute_seconds += micro_batches * (pl.llm.size() / pl.llm.pp) * (stage.compute.forward + stage.compute.backward);
+  }
+
+  // The encoder and projector, stage by stage: one rank's share of a micro-batch.
+  const EncoderConfig& enc = c.encoder;
+  const double images = images_per_encoder_rank(c);
+  const double patches = static_cast<double>(enc.patches_per_image());
+  const LayerShape enc_layer{images * patches, double(enc.hidden), double(enc.heads), double(enc.heads),
+                             double(enc.hidden / enc.heads), double(enc.mlp_hidden), pl.encoder.tp, 1, false, false,
+                             images, patches, "layer_norm", "gelu"};
+  const RankCost vit = layer_cost(p, enc_layer);
+  for (int s = 0; s < pl.encoder.pp; ++s) {
+    RankCost stage = stack(vit, stage_layers(enc.layers, pl.encoder.pp, s).count);
+    if (s == 0) stage.compute += matmul(p, images * patches, double(enc.hidden), double(enc.channels * enc.patch_size * enc.patch_size));
+    if (enc.frozen) stage.compute.backward = stage.comm.backward = 0;  // nothing upstream trains
+    if (s == pl.encoder.pp - 1) {  // the projector always trains
+      const double rows = images * static_cast<double>(enc.tokens_per_image());
+      stage.compute += matmul(p, rows, double(llm.hidden) / pl.encoder.tp, double(enc.hidden));
+      stage.compute += matmul(p, rows, double(llm.hidden), double(llm.hidden) / pl.encoder.tp);
+      stage.compute += memory(p, "gelu", rows * double(llm.hidden) / pl.encoder.tp);
+      const double ar = p.collective_seconds("all_reduce", pl.encoder.tp, kFloat * rows * double(llm.hidden));
+      stage.comm += Cost{ar, ar};
+    }
+    t.encoder_forward.push_back(stage.forward());
+    t.encoder_backward.push_back(stage.backward());
+    out.compute_seconds +=
+        micro_batches * (pl.encoder.size() / pl.encoder.pp) * (stage.compute.forward + stage.compute.backward);
+  }
+
+  // The boundary: a micro-batch's rows (fp32), each to every LLM TP rank of its replica.
+  const double rows_bytes = kFloat * expected_images_per_step(c) / static_cast<double>(micro_batches_of(c)) *
+                            static_cast<double>(enc.tokens_per_image()) * static_cast<double>(llm.hidden);
+  if (pl.placement == Placement::Colocated) {
+    const double per_rank = rows_bytes * pl.llm.tp / pl.world_size;
+    t.boundary_forward = p.collective_seconds("all_to_all_v", pl.world_size, per_rank);
+    t.boundary_backward = t.boundary_forward;
+  } else if (pl.placement == Placement::NonColocated) {  // what one LLM rank receives
+    const double per_rank = rows_bytes / (pl.llm.dp * pl.llm.cp);
+    t.boundary_forward = p.collective_seconds("send_recv", 2, per_rank);
+    t.boundary_backward = t.boundary_forward;
+  }
+  t.stage_transfer = p.collective_seconds("send_recv", 2, kFloat * tokens * double(llm.hidden));
+
+  // Once a step: each module's gradients summed over its DP x CP group in
+  // 32 MiB buckets, the norm's all-reduce, and AdamW (param, grad, two
+  // moments read, three written: 7 floats a parameter) at the add bandwidth.
+  const auto sync = [&](double parameters, int group) {
+    const double bytes = kFloat * parameters;
+    const double buckets = std::max(1.0, std::ceil(bytes / (32 << 20)));
+    return group > 1 ? buckets * p.collective_seconds("all_reduce", group, bytes / buckets) : 0.0;
+  };
+  const double llm_params = static_cast<double>(llm_parameters(llm)) / (pl.llm.tp * pl.llm.pp);
+  const double enc_params = (static_cast<double>(enc.frozen ? 0 : encoder_parameters(enc)) +
+                             static_cast<double>(projector_parameters(enc, llm))) /
+                            (pl.encoder.tp * pl.encoder.pp);
+  const double llm_optimizer = p.memory_seconds("add", 7 * kFloat * llm_params);
+  const double enc_optimizer = p.memory_seconds("add", 7 * kFloat * enc_params);
+  const double llm_side = sync(llm_params, pl.llm.dp * pl.llm.cp) + llm_optimizer;
+  const double enc_side = sync(enc_params, pl.encoder.dp) + enc_optimizer;
+  const double norm = p.collective_seconds("all_reduce", pl.world_size, 8);
+  t.per_step = norm + (pl.placement == Placement::NonColocated ? std::max(llm_side, enc_side) : llm_side + enc_side);
+  out.compute_seconds += pl.llm.size() * llm_optimizer + pl.encoder.size() * enc_optimizer;
+  return out;
+}
+
+}  // namespace
+
+OpTimes op_times(const RunConfig& config, const Profile& profile) { return estimate(config, profile).times; }
+
+double predict_step_seconds(const RunConfig& config, const Profile& profile) {
+  const Estimate e = estimate(config, profile);
+  // More ranks than cores: the step takes at least the time the cores need
+  // for every rank's compute; a rank that waits lends its core meanwhile.
+  const double cores = static_cast<double>(profile.cores()) / static_cast<double>(config.runtime.intra_op_threads);
+  return std::max(predict_step_seconds(config, e.times), e.compute_seconds / cores);
+}
+
+}  // namespace hetpar

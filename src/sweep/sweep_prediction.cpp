@@ -1,0 +1,35 @@
+#include "sweep/sweep_prediction.hpp"
+
+#include <map>
+#include <stdexcept>
+
+#include "plan/op_times.hpp"
+
+namespace hetpar {
+
+void add_prediction(nlohmann::json& r, const RunConfig& config, const Profile& profile) {
+  const auto measured = r.find("step_seconds_median");
+  if (r.value("status", "") != "ok" || measured == r.end() || !measured->is_number() || measured->get<double>() <= 0) {
+    return;
+  }
+  try {
+    const double predicted = predict_step_seconds(config, profile);
+    r["predicted_step_seconds"] = predicted;
+    r["prediction_error"] = predicted / measured->get<double>() - 1;
+  } catch (const std::exception& e) {  // the measurement stands; the report says why no prediction sits beside it
+    r["prediction_failed"] = e.what();
+  }
+}
+
+void add_predictions(std::vector<nlohmann::json>& records, const std::vector<SweepRun>& runs, const Profile& profile) {
+  std::map<std::string, const RunConfig*> config_of;
+  for (const SweepRun& run : runs) {
+    if (run.config) config_of[run.id] = &*run.config;
+  }
+  for (nlohmann::json& r : records) {
+    const auto it = config_of.find(r.value("run_id", ""));
+    if (it != config_of.end() && !r.contains("predicted_step_seconds")) add_prediction(r, *it->second, profile);
+  }
+}
+
+}  // namespace hetpar

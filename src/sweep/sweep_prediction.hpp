@@ -1,0 +1,21 @@
+// The step-time model beside each measured run of a sweep: a finished run's
+// record gains predicted_step_seconds (plan/op_times.hpp from the sweep's
+// profile and the run's resolved config) and prediction_error (predicted /
+// measured median - 1).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <vector>
+
+#include "plan/profile.hpp"
+#include "sweep/sweep_spec.hpp"
+
+namespace hetpar {
+
+// One record of a run that finished ok (others are left as they are).
+void add_prediction(nlohmann::json& record, const RunConfig& config, const Profile& profile);
+// Every record of `runs` that lacks one (records written before --profile was given).
+void add_predictions(std::vector<nlohmann::json>& records, const std::vector<SweepRun>& runs, const Profile& profile);
+
+}  // namespace hetpar
