@@ -25,6 +25,14 @@ namespace {
 
 int cores() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
 
+// The 1-minute load average (-1 where /proc/loadavg cannot be read): other
+// work running beside a calibration slows every figure in it.
+double load_average() {
+  std::ifstream in("/proc/loadavg");
+  double load = -1;
+  return in >> load ? load : -1;
+}
+
 std::string utc_now() {
   const std::time_t now = std::time(nullptr);
   char text[32];
@@ -109,6 +117,12 @@ int run_calibrate(const CalibrateArgs& args) {
     die(kExitConfigError, std::string("--out: ") + e.what());
   }
   const auto start = std::chrono::steady_clock::now();
+  const double load_before = load_average();
+  if (load_before > 0.5 * cores()) {
+    log_error("calibrate: warning: the load average is {:.1f} on {} cores; other work running now slows every figure "
+              "(a profile measured beside a compile came out 35% slower in GEMMs); calibrate on a quiet machine",
+              load_before, cores());
+  }
   at::set_num_threads(1);  // one rank's compute, as the trainer's ranks run by default
   log_info("calibrate: GEMM, attention and memory-bound ops on one thread");
   nlohmann::json profile = {{"format", "hetpar-profile/1"}};
@@ -134,6 +148,7 @@ int run_calibrate(const CalibrateArgs& args) {
       {"device", cpu_device_name()}, {"cores", cores()}, {"intra_op_threads", 1}, {"ranks", ranks},
       {"backend", "gloo"}, {"commit", build_commit()}, {"hetpar_version", build_version()},
       {"torch_version", build_torch_version()}, {"date", utc_now()}, {"quick", args.quick},
+      {"load_average_before", load_before},
       {"seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()}};
   write_file_atomic(args.out, profile.dump(2) + "\n");
   log_info("{}", summary_text(profile));

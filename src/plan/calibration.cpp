@@ -126,14 +126,55 @@ nlohmann::json measure_collectives(Runtime& runtime, const CalibrationOptions& o
   const int calls = o.quick ? 3 : 10;
   const std::vector<int64_t> message_bytes = sizes(o.quick, {16 << 10, 1 << 20}, {4 << 10, 64 << 10, 1 << 20, 8 << 20});
   nlohmann::json out = nlohmann::json::array();
+  // Seconds of one `body` on the group: every rank takes part in the barriers
+  // and the max, members run it. A batch takes as long as its slowest member;
+  // of three batches the fastest counts (a shared machine only ever adds time).
+  const auto time_calls = [&](bool member, const std::function<void()>& body) {
+    if (member) body();  // warm-up
+    double best = std::numeric_limits<double>::infinity();
+    for (int batch = 0; batch < 3; ++batch) {
+      runtime.world().barrier();
+      double seconds = 0;
+      if (member) {
+        const auto start = Clock::now();
+        for (int i = 0; i < calls; ++i) body();
+        seconds = since(start) / calls;
+      }
+      at::Tensor slowest = at::full({1}, seconds, at::kDouble);
+      runtime.world().all_reduce(slowest, ReduceOp::kMax);
+      best = std::min(best, slowest.item<double>());
+    }
+    return best;
+  };
+  // In training a collective sits between compute on every rank: its
+  // communication threads then wait for a core and the ranks arrive apart.
+  // In context, each call follows a few GEMMs (about what a small layer does
+  // between two all-reduces); the GEMMs' own time is measured and taken off.
+  const at::Tensor a = at::randn({256, 256}), b = at::randn({256, 256});
+  at::Tensor c = at::empty({256, 256});
+  const auto compute = [&] {
+    for (int i = 0; i < 4; ++i) at::mm_out(c, a, b);
+  };
+  const auto fit_into = [](nlohmann::json& entry, const std::vector<std::pair<double, double>>& points,
+                           const std::string& prefix) {
+    for (const auto& [bytes, seconds] : points) entry[prefix + "points"].push_back({{"bytes", bytes}, {"seconds", seconds}});
+    try {
+      const AlphaBeta fit = fit_alpha_beta(points);
+      entry[prefix + "latency_seconds"] = fit.latency_seconds;
+      entry[prefix + "bytes_per_second"] = fit.bytes_per_second;
+    } catch (const std::invalid_argument& e) {
+      entry[prefix + "fit_error"] = e.what();  // noise swamped the sizes: the points stand alone
+    }
+  };
   for (const GroupSpec& spec : specs) {
     const int g = static_cast<int>(spec.ranks.size());
     const bool member = me < g;
     Group* group = member ? &runtime.group(spec.ranks) : nullptr;
+    const double compute_alone = time_calls(member, compute);
     std::vector<std::string> ops = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all_v"};
     if (g == 2) ops.push_back("send_recv");
     for (const std::string& op : ops) {
-      std::vector<std::pair<double, double>> points;
+      std::vector<std::pair<double, double>> points, in_context;
       for (int64_t bytes : message_bytes) {
         const int64_t rows = std::max<int64_t>(1, bytes / 4 / 64 / g) * g;  // [rows, 64] floats, rows divisible by g
         const at::Tensor full = at::randn({rows, 64});
@@ -158,34 +199,17 @@ nlohmann::json measure_collectives(Runtime& runtime, const CalibrationOptions& o
             else group->recv(t, 0);
           };
         }
-        // Every rank takes part in the barriers and the max; members time the
-        // calls. A batch takes as long as its slowest member; of three batches
-        // the fastest counts (a shared machine only ever adds time).
-        if (member) call();  // warm-up
-        double best = std::numeric_limits<double>::infinity();
-        for (int batch = 0; batch < 3; ++batch) {
-          runtime.world().barrier();
-          double seconds = 0;
-          if (member) {
-            const auto start = Clock::now();
-            for (int i = 0; i < calls; ++i) call();
-            seconds = since(start) / calls;
-          }
-          at::Tensor slowest = at::full({1}, seconds, at::kDouble);
-          runtime.world().all_reduce(slowest, ReduceOp::kMax);
-          best = std::min(best, slowest.item<double>());
-        }
-        points.emplace_back(static_cast<double>(rows * 64 * 4), best);
+        const double message = static_cast<double>(rows * 64 * 4);
+        points.emplace_back(message, time_calls(member, call));
+        const double with_compute = time_calls(member, [&] {
+          compute();
+          call();
+        });
+        in_context.emplace_back(message, std::max(0.0, with_compute - compute_alone));
       }
       nlohmann::json entry = {{"op", op}, {"group_size", g}, {"calls_per_point", calls}};
-      for (const auto& [bytes, seconds] : points) entry["points"].push_back({{"bytes", bytes}, {"seconds", seconds}});
-      try {
-        const AlphaBeta fit = fit_alpha_beta(points);
-        entry["latency_seconds"] = fit.latency_seconds;
-        entry["bytes_per_second"] = fit.bytes_per_second;
-      } catch (const std::invalid_argument& e) {
-        entry["fit_error"] = e.what();  // noise swamped the sizes: the points stand alone
-      }
+      fit_into(entry, points, "");
+      fit_into(entry, in_context, "in_context_");
       out.push_back(entry);
     }
   }

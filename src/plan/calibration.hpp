@@ -8,7 +8,9 @@
 //   collectives   per op and group size, (bytes, seconds) points and their
 //                 alpha-beta fit (latency + bytes / bandwidth); bytes are the
 //                 whole tensor (all_gather's output, reduce_scatter's input,
-//                 the all-reduced or exchanged buffer, the message sent).
+//                 the all-reduced or exchanged buffer, the message sent);
+//                 and the same in context ("in_context_" fields): each call
+//                 after a few GEMMs on every rank, their time taken off.
 // Every figure is the fastest of three trials: interference only adds time.
 // Each section's entries name their shape, so a model interpolates in them.
 #pragma once

@@ -77,11 +77,14 @@ Profile Profile::from_json(const nlohmann::json& j, const std::string& origin) {
   for (const auto& e : section(j, "collectives", origin)) {
     const std::string where = origin + ": collective entry";
     Collective c{e.value("op", ""), e.value("group_size", 0), 0, 0, {}};
-    if (e.contains("bytes_per_second")) {
-      c.latency = non_negative(e, "latency_seconds", where);
-      c.bytes_per_second = positive(e, "bytes_per_second", where);
+    // The trainer's collectives sit between compute: the in-context
+    // measurement where the profile has one, else the back-to-back one.
+    const std::string prefix = e.contains("in_context_points") ? "in_context_" : "";
+    if (e.contains(prefix + "bytes_per_second")) {
+      c.latency = non_negative(e, (prefix + "latency_seconds").c_str(), where);
+      c.bytes_per_second = positive(e, (prefix + "bytes_per_second").c_str(), where);
     }
-    for (const auto& point : e.value("points", nlohmann::json::array())) {
+    for (const auto& point : e.value(prefix + "points", nlohmann::json::array())) {
       c.points.emplace_back(positive(point, "bytes", where + " point"), non_negative(point, "seconds", where + " point"));
     }
     if (c.bytes_per_second == 0 && c.points.empty()) {

@@ -28,7 +28,9 @@ void add_predictions(std::vector<nlohmann::json>& records, const std::vector<Swe
   }
   for (nlohmann::json& r : records) {
     const auto it = config_of.find(r.value("run_id", ""));
-    if (it != config_of.end() && !r.contains("predicted_step_seconds")) add_prediction(r, *it->second, profile);
+    if (it == config_of.end()) continue;
+    for (const char* stale : {"predicted_step_seconds", "prediction_error", "prediction_failed"}) r.erase(stale);
+    add_prediction(r, *it->second, profile);
   }
 }
 

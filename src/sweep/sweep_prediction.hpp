@@ -15,7 +15,7 @@ namespace hetpar {
 
 // One record of a run that finished ok (others are left as they are).
 void add_prediction(nlohmann::json& record, const RunConfig& config, const Profile& profile);
-// Every record of `runs` that lacks one (records written before --profile was given).
+// Every record of `runs`, replacing what an earlier profile predicted.
 void add_predictions(std::vector<nlohmann::json>& records, const std::vector<SweepRun>& runs, const Profile& profile);
 
 }  // namespace hetpar

@@ -241,7 +241,6 @@ int run_sweep(const SweepSpec& spec, const std::vector<SweepRun>& runs, const Sw
     ++ran;
     record["run_dir"] = "runs/" + run.id;
     record_outcome(record, outcome, dir);
-    if (options.profile != nullptr) add_prediction(record, *run.config, *options.profile);
     if (record["status"] != "ok") {
       log_error("run {} ({}) {}: {}", run.id, run.label, record["status"].get<std::string>(),
                 record["error"].get<std::string>());
@@ -257,7 +256,12 @@ int run_sweep(const SweepSpec& spec, const std::vector<SweepRun>& runs, const Sw
            duration_text(std::chrono::duration<double>(Clock::now() - start).count()));
 
   std::vector<nlohmann::json> all = read_results(results_path);
-  if (options.profile != nullptr) add_predictions(all, runs, *options.profile);
+  if (options.profile != nullptr) {  // this invocation's profile predicts every run, earlier ones' included
+    add_predictions(all, runs, *options.profile);
+    std::string lines;
+    for (const nlohmann::json& r : all) lines += r.dump() + "\n";
+    write_file_atomic(results_path, lines);
+  }
   write_results_csv(all, options.out_dir + "/results.csv");
   const SweepVerdict verdict = write_sweep_report(all, spec, options.out_dir + "/report.md");
   log_info("\n{}", verdict.text);
