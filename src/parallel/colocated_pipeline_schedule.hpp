@@ -13,6 +13,7 @@
 //   p = 2, m = 4, F = 1, B = 2, E = 1, e = 2           time ->
 //   stage 0   E0 E1 E2 E3 F0 F1 .. B0 F2 B1 F3 B2 .. B3 e0 e1 e2 e3
 //   stage 1   E0 E1 E2 E3 .. F0 B0 .. F1 B1 F2 B2 F3 B3 .. e0 e1 e2 e3
+//   the step: 27 (each rank's work alone: 4 * (1 + 2 + 1 + 2) = 24)
 //
 // bubble_fill: at most `encoder_in_flight` micro-batches encoded but not yet
 // back-propagated on a rank (bounding the encoder's activations), and encoder
@@ -26,13 +27,15 @@
 // the steady state is done there, leaving one wait on each stage:
 //
 //   p = 2, m = 4, F = 1, B = 2, E = 1, e = 2, in flight <= 3    time ->
-//   stage 0   E0 F0 E1 F1 E2 .. B0 F2 e0 E3 B1 F3 B2 e1 B3 e2 e3     (25)
-//   stage 1   E0 E1 F0 E2 B0 F1 B1 e0 E3 F2 B2 F3 B3 e1 e2 e3 ..     (whole_step: 27)
+//   stage 0   E0 F0 E1 F1 E2 .. B0 F2 e0 E3 B1 F3 B2 e1 B3 e2 e3
+//   stage 1   E0 E1 F0 E2 B0 F1 B1 e0 E3 F2 B2 F3 B3 e1 e2 e3 ..
+//   the step: 25
 //
 // With a bound of p, stages after the first must give back e(m - p) before
 // stage 0's F(m), right as stage 0 runs B(m - p): they stall it. From p + 1
 // on, the simulated step is never slower than whole_step's (tested over
 // stage counts, micro-batches, bounds and cost ratios).
+//
 // (Every op of a rank is in its order even when the rank has nothing to do
 // for it, say no image of that micro-batch: the orders stay deadlock-free.)
 #pragma once
