@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "config/run_config.hpp"
+#include "metrics/prediction_order.hpp"
 #include "plan/op_times.hpp"
 #include "plan/profile.hpp"
 
@@ -108,6 +109,16 @@ TEST(OpTimes, MoreRanksThanCoresTakeTheCoresTimeForEveryonesCompute) {
   const double alone = predict_step_seconds(dp4, op_times(dp4, four));
   EXPECT_NEAR(predict_step_seconds(dp4, four), alone, 1e-9);
   EXPECT_NEAR(predict_step_seconds(dp4, two), 2 * alone, 1e-3 * alone);
+}
+
+// Runs measured closer than the margin may come out either way; further apart
+// their order must hold.
+TEST(PredictionOrder, OnlyRunsMeasuredApartMustKeepTheirOrder) {
+  const std::vector<TimedRun> close{{"a", 1.00, 1.10}, {"b", 1.04, 1.00}};
+  EXPECT_TRUE(misordered_pairs(close, 0.05).empty());
+  const std::vector<TimedRun> apart{{"a", 1.00, 1.10}, {"b", 1.20, 1.00}, {"c", 2.0, 3.0}};
+  EXPECT_EQ(misordered_pairs(apart, 0.05), (std::vector<std::pair<std::string, std::string>>{{"a", "b"}}));
+  EXPECT_EQ(misordered_pairs(close, 0.0), (std::vector<std::pair<std::string, std::string>>{{"a", "b"}}));
 }
 
 }  // namespace
