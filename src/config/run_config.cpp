@@ -174,7 +174,7 @@ void pipeline_rules(const TomlDocument& doc, const RunConfig& c) {
     throw ConfigError(file_of(doc, {"llm.layers", "layout.llm.pp"}), "llm.layers",
                       "must be >= layout.llm.pp = " + num(pp) + " (a layer per stage), got " + num(c.llm.layers));
   }
-  const int64_t micro_batches = c.data.global_batch_size / (c.data.micro_batch_size * c.placement.llm.dp);
+  const int64_t micro_batches = micro_batches_per_step(c);
   if (micro_batches < pp) {
     throw ConfigError(file_of(doc, {"data.global_batch_size", "data.micro_batch_size", "layout.llm.dp", "layout.llm.pp"}),
                       "data.global_batch_size",

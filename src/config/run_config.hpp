@@ -107,6 +107,11 @@ struct RunConfig {
 // device other than the CPU.
 inline bool computes_in_bf16(const RunConfig& config) { return config.run.precision == "bf16"; }
 
+// Micro-batches a step on each LLM DP rank (the global batch over DP and micro-batch size).
+inline int64_t micro_batches_per_step(const RunConfig& config) {
+  return config.data.global_batch_size / (config.data.micro_batch_size * config.placement.llm.dp);
+}
+
 // Parses FILE, applies its `include = [...]` files (paths relative to the
 // including file; the including file wins on conflicts) and then each
 // override "dotted.key=value" (value in TOML syntax; a bare word is a string),

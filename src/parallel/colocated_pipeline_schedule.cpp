@@ -167,6 +167,15 @@ StageOrders bubble_fill_orders(int64_t micro_batches, int64_t encoder_in_flight,
   return orders;
 }
 
+StageOrders colocated_orders(const RunConfig& c, int64_t micro_batches, const StageCosts& costs) {
+  const int pp = c.placement.llm.pp;
+  if (parse_encoder_schedule(c.layout.encoder_schedule) == EncoderSchedule::kWholeStep) {
+    return whole_step_orders(pp, micro_batches);
+  }
+  const int64_t in_flight = c.layout.encoder_in_flight == 0 ? pp + 1 : c.layout.encoder_in_flight;
+  return bubble_fill_orders(micro_batches, in_flight, costs);
+}
+
 ReplayedStep replay_step(const StageOrders& orders, const StageCosts& costs) {
   const int stages = stages_of(costs);
   if (static_cast<int>(orders.size()) != stages) throw std::invalid_argument("replay_step: one order per stage is needed");

@@ -44,6 +44,7 @@
 #include <string>
 #include <vector>
 
+#include "config/run_config.hpp"
 #include "parallel/pipeline_schedule.hpp"
 
 namespace hetpar {
@@ -61,6 +62,11 @@ struct StageCosts {
 using StageOrders = std::vector<std::vector<PipelineOp>>;
 StageOrders whole_step_orders(int stages, int64_t micro_batches);
 StageOrders bubble_fill_orders(int64_t micro_batches, int64_t encoder_in_flight, const StageCosts& costs);
+
+// The orders `layout.encoder_schedule` asks for, for a colocated run with
+// LLM PP: whole_step, or bubble_fill with `layout.encoder_in_flight` (0:
+// llm pp + 1) and `costs`.
+StageOrders colocated_orders(const RunConfig& config, int64_t micro_batches, const StageCosts& costs);
 
 // The step time of `orders` run with `costs` (each op as soon as its inputs
 // and its stage allow). Orders without E and e are a plain pipeline, whose

@@ -79,15 +79,11 @@ RankCost stack(const RankCost& layer, int64_t count) {
   return {layer.compute * static_cast<double>(count), layer.comm * static_cast<double>(count)};
 }
 
-int64_t micro_batches_of(const RunConfig& c) {
-  return c.data.global_batch_size / (c.data.micro_batch_size * c.placement.llm.dp);
-}
-
 // Images one encoder rank encodes per micro-batch (expected): under uniform
 // placement each LLM rank its own samples' (every CP rank all of them),
 // elsewhere the micro-batch's images of every LLM replica over the encoder's DP.
 double images_per_encoder_rank(const RunConfig& c) {
-  const double per_micro_batch = expected_images_per_step(c) / static_cast<double>(micro_batches_of(c));
+  const double per_micro_batch = expected_images_per_step(c) / static_cast<double>(micro_batches_per_step(c));
   const int split = c.placement.placement == Placement::Uniform ? c.placement.llm.dp : c.placement.encoder.dp;
   return per_micro_batch / split;
 }
@@ -101,7 +97,7 @@ struct Estimate {
 
 Estimate estimate(const RunConfig& c, const Profile& p) {
   const ModulePlacement& pl = c.placement;
-  const double micro_batches = static_cast<double>(micro_batches_of(c));
+  const double micro_batches = static_cast<double>(micro_batches_per_step(c));
   Estimate out;
   OpTimes& t = out.times;
 
@@ -151,7 +147,7 @@ Estimate estimate(const RunConfig& c, const Profile& p) {
   }
 
   // The boundary: a micro-batch's rows (fp32), each to every LLM TP rank of its replica.
-  const double rows_bytes = kFloat * expected_images_per_step(c) / static_cast<double>(micro_batches_of(c)) *
+  const double rows_bytes = kFloat * expected_images_per_step(c) / static_cast<double>(micro_batches_per_step(c)) *
                             static_cast<double>(enc.tokens_per_image()) * static_cast<double>(llm.hidden);
   if (pl.placement == Placement::Colocated) {
     const double per_rank = rows_bytes * pl.llm.tp / pl.world_size;

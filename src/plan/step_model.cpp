@@ -40,7 +40,7 @@ double predict_step_seconds(const RunConfig& c, const OpTimes& t) {
   const Layout& llm = c.placement.llm;
   require_stages(t.encoder_forward, t.encoder_backward, encoder.pp, "encoder");
   require_stages(t.llm_forward, t.llm_backward, llm.pp, "llm");
-  const int64_t micro_batches = c.data.global_batch_size / (c.data.micro_batch_size * llm.dp);
+  const int64_t micro_batches = micro_batches_per_step(c);
   StageCosts costs;
   StageOrders orders;
   switch (c.placement.placement) {
@@ -53,10 +53,7 @@ double predict_step_seconds(const RunConfig& c, const OpTimes& t) {
       if (colocated && llm.pp > 1) {  // every rank's share placed among its stage's ops
         costs.encoder_forward = encode;
         costs.encoder_backward = give_back;
-        const int64_t in_flight = c.layout.encoder_in_flight == 0 ? llm.pp + 1 : c.layout.encoder_in_flight;
-        orders = parse_encoder_schedule(c.layout.encoder_schedule) == EncoderSchedule::kWholeStep
-                     ? whole_step_orders(llm.pp, micro_batches)
-                     : bubble_fill_orders(micro_batches, in_flight, costs);
+        orders = colocated_orders(c, micro_batches, costs);
       } else {  // the encoder runs with the first stage (the only one without PP)
         costs.forward[0] += encode;
         costs.backward[0] += give_back;

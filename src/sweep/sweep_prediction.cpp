@@ -7,6 +7,8 @@
 
 namespace hetpar {
 
+namespace {
+
 void add_prediction(nlohmann::json& r, const RunConfig& config, const Profile& profile) {
   const auto measured = r.find("step_seconds_median");
   if (r.value("status", "") != "ok" || measured == r.end() || !measured->is_number() || measured->get<double>() <= 0) {
@@ -20,6 +22,8 @@ void add_prediction(nlohmann::json& r, const RunConfig& config, const Profile& p
     r["prediction_failed"] = e.what();
   }
 }
+
+}  // namespace
 
 void add_predictions(std::vector<nlohmann::json>& records, const std::vector<SweepRun>& runs, const Profile& profile) {
   std::map<std::string, const RunConfig*> config_of;

@@ -13,9 +13,7 @@
 
 namespace hetpar {
 
-// One record of a run that finished ok (others are left as they are).
-void add_prediction(nlohmann::json& record, const RunConfig& config, const Profile& profile);
-// Every record of `runs`, replacing what an earlier profile predicted.
+// Every record of `runs` that finished ok, replacing what an earlier profile predicted.
 void add_predictions(std::vector<nlohmann::json>& records, const std::vector<SweepRun>& runs, const Profile& profile);
 
 }  // namespace hetpar

@@ -7,14 +7,6 @@
 #include "train/micro_batch_route.hpp"
 
 namespace hetpar {
-namespace {
-
-// Apart from the boundary's (2m, 2m + 1) and the LLM pipeline's (2^24 + ...)
-// tags on the same world group.
-int activation_tag(int64_t micro) { return static_cast<int>((1 << 25) + 2 * micro); }
-int gradient_tag(int64_t micro) { return static_cast<int>((1 << 25) + 2 * micro + 1); }
-
-}  // namespace
 
 EncoderStage::EncoderStage(const StepContext& ctx)
     : ctx_(ctx),
@@ -38,7 +30,7 @@ void EncoderStage::forward(int64_t micro) {
   } else if (f.images > 0) {
     auto timed = ctx_.timer.measure(Phase::kPipelineWait);
     at::Tensor h = at::empty({f.images, c.encoder.patches_per_image(), c.encoder.hidden}, at::kFloat);
-    ctx_.world.recv(h, peer(-1), activation_tag(micro));
+    ctx_.world.recv(h, stage_peer(ctx_.groups.encoder(), -1), data_tag(Channel::kEncoderStages, micro));
     f.input = trains_ ? h.requires_grad_(true) : h;
   } else {
     f.input = no_images();
@@ -50,9 +42,10 @@ void EncoderStage::forward(int64_t micro) {
   }
   if (last) {
     auto timed = ctx_.timer.measure(Phase::kBoundaryForward);
-    for (Group::Pending& p : f.exchange->post_forward(f.output, rows_tag(micro))) sends_.push_back(std::move(p));
+    for (Group::Pending& p : f.exchange->post_forward(f.output, data_tag(Channel::kBoundary, micro))) sends_.push_back(std::move(p));
   } else if (f.images > 0) {
-    sends_.push_back(ctx_.world.isend(f.output.detach().to(at::kFloat).contiguous(), peer(+1), activation_tag(micro)));
+    sends_.push_back(ctx_.world.isend(f.output.detach().to(at::kFloat).contiguous(), stage_peer(ctx_.groups.encoder(), +1),
+                                      data_tag(Channel::kEncoderStages, micro)));
   }
 }
 
@@ -63,18 +56,19 @@ void EncoderStage::backward(int64_t micro) {
   at::Tensor grad;
   if (last) {
     auto timed = ctx_.timer.measure(Phase::kWait);  // the LLM's side, across the boundary
-    grad = f.exchange->receive_backward(c.llm.hidden, grads_tag(micro), ctx_.model.activation_dtype());
+    grad = f.exchange->receive_backward(c.llm.hidden, gradient_tag(Channel::kBoundary, micro), ctx_.model.activation_dtype());
   } else if (trains_ && f.images > 0) {
     auto timed = ctx_.timer.measure(Phase::kPipelineWait);
     grad = at::empty(f.output.sizes(), at::kFloat);
-    ctx_.world.recv(grad, peer(+1), gradient_tag(micro));
+    ctx_.world.recv(grad, stage_peer(ctx_.groups.encoder(), +1), gradient_tag(Channel::kEncoderStages, micro));
   }
   if (grad.defined()) {
     auto timed = ctx_.timer.measure(Phase::kEncoderBackward);
     backward_if_graph(f.output, grad.to(f.output.scalar_type()));
   }
   if (!first && trains_ && f.images > 0) {
-    sends_.push_back(ctx_.world.isend(grad_or_zeros(f.input).contiguous(), peer(-1), gradient_tag(micro)));
+    sends_.push_back(ctx_.world.isend(grad_or_zeros(f.input).contiguous(), stage_peer(ctx_.groups.encoder(), -1),
+                                      gradient_tag(Channel::kEncoderStages, micro)));
   }
   in_flight_.erase(micro);
 }
@@ -85,10 +79,6 @@ void EncoderStage::finish() {
   sends_.clear();
 }
 
-int EncoderStage::peer(int step) const {
-  GridCoord c = coord_;
-  c.pp += step;
-  return ctx_.groups.encoder().grid().rank(c);
-}
+BoundaryExchange& EncoderStage::exchange(int64_t micro) { return *in_flight_.at(micro).exchange; }
 
 }  // namespace hetpar

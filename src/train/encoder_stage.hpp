@@ -1,10 +1,11 @@
-// One encoder rank's part of a step in the non-colocated placement: the
-// forward or backward of one micro-batch's images (those the boundary plan
-// gives its DP group) through the layers it holds. Pipelined
-// (layout.encoder.pp > 1), activations go to the same (tp, dp) rank of the
-// next stage and their gradients come back, point-to-point; the last stage
-// (the only one without PP) posts the projected rows over the boundary and
-// back-propagates the gradients that come back.
+// One encoder rank's part of a step when the encoder runs on its own
+// schedule (non-colocated, or colocated beside a pipelined LLM): the forward
+// or backward of one micro-batch's images (those the boundary plan gives its
+// DP group) through the layers it holds. Pipelined (layout.encoder.pp > 1,
+// non-colocated), activations go to the same (tp, dp) rank of the next stage
+// and their gradients come back, point-to-point; the last stage (the only one
+// without PP) posts the projected rows over the boundary's point-to-point
+// halves and back-propagates the gradients that come back.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -25,6 +26,9 @@ class EncoderStage {
   void forward(int64_t micro);
   void backward(int64_t micro);
   void finish();  // waits for the sends still in flight
+  // The last stage's exchange of a micro-batch between its forward and
+  // backward: a colocated rank's LLM side receives its own rows through it.
+  BoundaryExchange& exchange(int64_t micro);
 
  private:
   struct InFlight {
@@ -33,8 +37,6 @@ class EncoderStage {
     at::Tensor input;    // later stages: the received activations, a stage input
     at::Tensor output;   // the activations sent on, or the rows posted (last stage)
   };
-
-  int peer(int step) const;  // the job rank of the same (tp, dp) `step` stages on
 
   const StepContext& ctx_;
   GridCoord coord_;

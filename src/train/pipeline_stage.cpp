@@ -7,13 +7,6 @@
 #include "train/sequence_part.hpp"
 
 namespace hetpar {
-namespace {
-
-// Apart from the boundary's tags (2m, 2m + 1) on the same world group.
-int activation_tag(int64_t micro) { return static_cast<int>((1 << 24) + 2 * micro); }
-int gradient_tag(int64_t micro) { return static_cast<int>((1 << 24) + 2 * micro + 1); }
-
-}  // namespace
 
 PipelineStage::PipelineStage(const StepContext& ctx, ImageRows* rows)
     : ctx_(ctx), rows_(rows), coord_(ctx.groups.llm().coord()), stages_(ctx.config.placement.llm.pp),
@@ -32,7 +25,7 @@ void PipelineStage::forward(int64_t micro) {
   } else {
     auto timed = ctx_.timer.measure(Phase::kPipelineWait);
     at::Tensor h = at::empty({f.batch.ids.size(0), f.batch.ids.size(1), c.llm.hidden}, at::kFloat);
-    ctx_.world.recv(h, peer(-1), activation_tag(micro));
+    ctx_.world.recv(h, stage_peer(ctx_.groups.llm(), -1), data_tag(Channel::kLlmStages, micro));
     f.input = hidden = h.requires_grad_(true);
   }
   auto timed = ctx_.timer.measure(Phase::kLlmForward);
@@ -42,7 +35,8 @@ void PipelineStage::forward(int64_t micro) {
     if (coord_.tp == 0) loss_ = loss_ + f.output.detach().to(at::kDouble);
   } else {
     f.output = out;
-    sends_.push_back(ctx_.world.isend(out.detach().to(at::kFloat).contiguous(), peer(+1), activation_tag(micro)));
+    sends_.push_back(ctx_.world.isend(out.detach().to(at::kFloat).contiguous(), stage_peer(ctx_.groups.llm(), +1),
+                                      data_tag(Channel::kLlmStages, micro)));
   }
 }
 
@@ -56,7 +50,7 @@ void PipelineStage::backward(int64_t micro) {
     at::Tensor grad = at::empty(f.output.sizes(), at::kFloat);
     {
       auto timed = ctx_.timer.measure(Phase::kPipelineWait);
-      ctx_.world.recv(grad, peer(+1), gradient_tag(micro));
+      ctx_.world.recv(grad, stage_peer(ctx_.groups.llm(), +1), gradient_tag(Channel::kLlmStages, micro));
     }
     auto timed = ctx_.timer.measure(Phase::kLlmBackward);
     backward_if_graph(f.output, grad.to(f.output.scalar_type()));
@@ -64,7 +58,8 @@ void PipelineStage::backward(int64_t micro) {
   if (first) {
     rows_->backward(micro);
   } else {
-    sends_.push_back(ctx_.world.isend(grad_or_zeros(f.input).contiguous(), peer(-1), gradient_tag(micro)));
+    sends_.push_back(ctx_.world.isend(grad_or_zeros(f.input).contiguous(), stage_peer(ctx_.groups.llm(), -1),
+                                      gradient_tag(Channel::kLlmStages, micro)));
   }
   in_flight_.erase(micro);
 }
@@ -75,12 +70,6 @@ at::Tensor PipelineStage::finish() {
   sends_.clear();
   if (rows_ != nullptr && coord_.pp == 0) rows_->finish();
   return loss_;
-}
-
-int PipelineStage::peer(int step) const {
-  GridCoord c = coord_;
-  c.pp += step;
-  return ctx_.groups.llm().grid().rank(c);
 }
 
 }  // namespace hetpar

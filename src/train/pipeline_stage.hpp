@@ -34,9 +34,6 @@ class PipelineStage {
     at::Tensor output;  // the activations sent on, or the loss (last stage)
   };
 
-  // The job rank of the same (tp, cp, dp) coordinates `step` stages on.
-  int peer(int step) const;
-
   const StepContext& ctx_;
   ImageRows* rows_;
   GridCoord coord_;

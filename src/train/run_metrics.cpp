@@ -91,7 +91,7 @@ std::string RunMetrics::step_text(const nlohmann::json& l) const {
 nlohmann::json RunMetrics::metadata() const {
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   const auto& c = config_;
-  const int64_t micro_batches = c.data.global_batch_size / (c.data.micro_batch_size * c.placement.llm.dp);
+  const int64_t micro_batches = micro_batches_per_step(c);
   return {{"hetpar_version", build_version()},
           {"commit", build_commit()},
           {"torch_version", build_torch_version()},

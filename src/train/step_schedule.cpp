@@ -81,6 +81,12 @@ at::Tensor llm_forward_backward(const StepContext& ctx, const MicroBatch& whole,
   return ctx.groups.llm().coord().tp == 0 ? loss.detach().to(at::kDouble) : at::zeros({}, loss.options().dtype(at::kDouble));
 }
 
+int stage_peer(const ModuleGroups& module, int step) {
+  GridCoord c = module.coord();
+  c.pp += step;
+  return module.grid().rank(c);
+}
+
 at::Tensor grad_or_zeros(const at::Tensor& stage_input) {
   return stage_input.grad().defined() ? stage_input.grad() : at::zeros_like(stage_input);
 }

@@ -45,14 +45,21 @@ at::Tensor run_noncolocated_micro_batches(const StepContext& ctx);
 // Colocated with LLM PP (step_schedule_colocated_pipeline.cpp).
 at::Tensor run_colocated_pipeline(const StepContext& ctx);
 
-// Tags of the boundary's point-to-point halves on the world group: each
-// micro-batch's rows and their gradients apart (the pipeline's are above 2^24).
-inline int rows_tag(int64_t micro) { return static_cast<int>(2 * micro); }
-inline int grads_tag(int64_t micro) { return static_cast<int>(2 * micro + 1); }
+// Point-to-point tags on the world group, a range per channel so that the
+// boundary's, the LLM stages' and the encoder stages' messages never meet:
+// above the channel's base, a micro-batch's data at 2m, its gradient at 2m + 1.
+enum class Channel : int { kBoundary = 0, kLlmStages = 1 << 24, kEncoderStages = 1 << 25 };
+inline int data_tag(Channel channel, int64_t micro) { return static_cast<int>(channel) + static_cast<int>(2 * micro); }
+inline int gradient_tag(Channel channel, int64_t micro) { return data_tag(channel, micro) + 1; }
+
+// The job rank `step` pipeline stages on from this rank of `module` (its
+// other coordinates the same): where a stage sends on and receives from.
+int stage_peer(const ModuleGroups& module, int step);
 
 // Where the LLM's first pipeline stage gets each micro-batch's image rows and
 // gives back their gradients: the encoder on its own ranks (uniform) or the
-// boundary from the encoder ranks (non-colocated).
+// boundary's point-to-point halves (train/boundary_rows.hpp: non-colocated,
+// and colocated beside a pipelined LLM).
 class ImageRows {
  public:
   virtual ~ImageRows() = default;

@@ -21,13 +21,10 @@
 // orders, so the blocking receives meet their sends in any real timing.
 #include <ATen/ATen.h>
 
-#include <map>
-#include <memory>
-
-#include "boundary/boundary_exchange.hpp"
 #include "metrics/model_flops.hpp"
 #include "parallel/colocated_pipeline_schedule.hpp"
-#include "train/micro_batch_route.hpp"
+#include "train/boundary_rows.hpp"
+#include "train/encoder_stage.hpp"
 #include "train/pipeline_stage.hpp"
 #include "train/step_schedule.hpp"
 
@@ -58,107 +55,14 @@ StageCosts expected_costs(const RunConfig& c, int64_t micro_batches) {
   return costs;
 }
 
-StageOrders colocated_orders(const RunConfig& c, int64_t micro_batches) {
-  const int pp = c.placement.llm.pp;
-  if (parse_encoder_schedule(c.layout.encoder_schedule) == EncoderSchedule::kWholeStep) {
-    return whole_step_orders(pp, micro_batches);
-  }
-  const int64_t in_flight = c.layout.encoder_in_flight == 0 ? pp + 1 : c.layout.encoder_in_flight;
-  return bubble_fill_orders(micro_batches, in_flight, expected_costs(c, micro_batches));
-}
-
-// This rank's share of the encoder: E and e of each micro-batch. It owns the
-// micro-batch's exchange, which the first stage's side below shares.
-class EncoderShare {
- public:
-  explicit EncoderShare(const StepContext& ctx) : ctx_(ctx), encoder_dp_(ctx.groups.encoder().coord().dp) {}
-
-  void forward(int64_t micro) {
-    const MicroBatchRoute route = route_micro_batch(ctx_.data, ctx_.config, ctx_.step, micro);
-    InFlight& f = in_flight_[micro];
-    f.exchange = std::make_unique<BoundaryExchange>(route.plan, ctx_.config.encoder.tokens_per_image(), ctx_.world,
-                                                    encoder_dp_);
-    {
-      auto timed = ctx_.timer.measure(Phase::kEncoderForward);
-      f.rows = ctx_.model.encode(assigned_images(ctx_.data, ctx_.config, route, encoder_dp_, ctx_.step));
-    }
-    auto timed = ctx_.timer.measure(Phase::kBoundaryForward);
-    for (Group::Pending& p : f.exchange->post_forward(f.rows, rows_tag(micro))) sends_.push_back(std::move(p));
-  }
-
-  void backward(int64_t micro) {
-    InFlight& f = in_flight_.at(micro);
-    at::Tensor grad;
-    {
-      auto timed = ctx_.timer.measure(Phase::kWait);
-      grad = f.exchange->receive_backward(ctx_.config.llm.hidden, grads_tag(micro), ctx_.model.activation_dtype());
-    }
-    {
-      auto timed = ctx_.timer.measure(Phase::kEncoderBackward);
-      backward_if_graph(f.rows, grad);
-    }
-    in_flight_.erase(micro);
-  }
-
-  BoundaryExchange& exchange(int64_t micro) { return *in_flight_.at(micro).exchange; }
-
-  void finish() {
-    auto timed = ctx_.timer.measure(Phase::kWait);
-    for (Group::Pending& p : sends_) p.wait();
-    sends_.clear();
-  }
-
- private:
-  struct InFlight {
-    std::unique_ptr<BoundaryExchange> exchange;
-    at::Tensor rows;  // with the graph e needs
-  };
-  const StepContext& ctx_;
-  int encoder_dp_;
-  std::map<int64_t, InFlight> in_flight_;
-  std::vector<Group::Pending> sends_;
-};
-
-// The first stage's rows: received over the micro-batch's exchange (E of that
-// micro-batch has run on this rank, so the exchange exists), gradients sent back.
-class ColocatedRows : public ImageRows {
- public:
-  ColocatedRows(const StepContext& ctx, EncoderShare& encoder) : ctx_(ctx), encoder_(encoder) {}
-  bool needs_pixels() const override { return false; }
-  at::Tensor forward(int64_t micro, const MicroBatch&) override {
-    auto timed = ctx_.timer.measure(Phase::kWait);
-    const at::Tensor rows = encoder_.exchange(micro)
-                                .receive_forward(ctx_.config.llm.hidden, rows_tag(micro), ctx_.model.activation_dtype())
-                                .requires_grad_(true);
-    rows_[micro] = rows;
-    return rows;
-  }
-  void backward(int64_t micro) override {
-    auto timed = ctx_.timer.measure(Phase::kBoundaryBackward);
-    const at::Tensor grad = grad_or_zeros(rows_.at(micro));
-    for (Group::Pending& p : encoder_.exchange(micro).post_backward(grad, grads_tag(micro))) sends_.push_back(std::move(p));
-    rows_.erase(micro);
-  }
-  void finish() override {
-    auto timed = ctx_.timer.measure(Phase::kWait);
-    for (Group::Pending& p : sends_) p.wait();
-    sends_.clear();
-  }
-
- private:
-  const StepContext& ctx_;
-  EncoderShare& encoder_;
-  std::map<int64_t, at::Tensor> rows_;  // the LLM's stage inputs
-  std::vector<Group::Pending> sends_;
-};
-
 }  // namespace
 
 at::Tensor run_colocated_pipeline(const StepContext& ctx) {
   const int stage_index = ctx.groups.llm().coord().pp;
-  const StageOrders orders = colocated_orders(ctx.config, ctx.micro_batches);
-  EncoderShare encoder(ctx);
-  ColocatedRows rows(ctx, encoder);
+  const StageOrders orders =
+      colocated_orders(ctx.config, ctx.micro_batches, expected_costs(ctx.config, ctx.micro_batches));
+  EncoderStage encoder(ctx);  // this rank's share of the encoder, one stage of it
+  BoundaryRows rows(ctx, &encoder);
   PipelineStage stage(ctx, stage_index == 0 ? &rows : nullptr);
   for (const PipelineOp& op : orders[stage_index]) {
     switch (op.kind) {

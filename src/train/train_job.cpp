@@ -114,8 +114,7 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
     if (leader) log_info("resuming from {} at step {}", checkpoint, first_step);
   }
 
-  const int64_t samples_per_rank = config.data.global_batch_size / config.placement.llm.dp;
-  const int64_t micro_batches = samples_per_rank / config.data.micro_batch_size;
+  const int64_t micro_batches = micro_batches_per_step(config);
   RunMetrics metrics(config, runtime, data);
 
   AppendFile steps_file;
