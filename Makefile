@@ -21,7 +21,7 @@ SANITIZER_ENV := ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:strict_string_check
   LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitizers/lsan.supp:print_suppressions=0 \
   UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:suppressions=$(CURDIR)/tests/sanitizers/ubsan.supp
 
-.PHONY: all deps configure build hetpar run plots test test-asan bench-peer clean
+.PHONY: all deps configure build hetpar run plots paper test test-asan bench-peer clean
 
 all: build
 
@@ -50,6 +50,14 @@ run: hetpar
 # Redraw the figures of a results directory.
 plots: deps
 	$(VENV)/bin/python plots/plot_results.py $(RESULTS)
+
+# The paper's figures by prediction: hetpar plan for Llama-3 8B/70B with three
+# encoders on 8 to 1024 GPUs of the H100 profile, plotted beside the paper's
+# published results (scripts/paper.sh; a few minutes).
+PAPER ?= results/paper
+GPU_PROFILE ?= profiles/h100_dgx.json
+paper: hetpar
+	scripts/paper.sh $(BUILD)/hetpar $(VENV)/bin/python $(PAPER) $(GPU_PROFILE)
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(CTEST_JOBS)

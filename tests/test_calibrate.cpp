@@ -40,6 +40,12 @@ TEST(Calibrate, QuickProfileHasEverySection) {
   }
   ASSERT_EQ(p["memory_bound"].size(), 4u);
   for (const auto& m : p["memory_bound"]) EXPECT_TRUE(positive(m["bytes_per_second"])) << m;
+  // Host memory shared by the ranks, and a rank's own before any tensor: a
+  // process with the runtime loaded holds hundreds of MiB, far less than the host.
+  const auto& memory = p["memory"];
+  EXPECT_TRUE(memory["shared_by_all_ranks"].get<bool>());
+  EXPECT_GT(memory["reserved_bytes"].get<double>(), 50.0 * (1 << 20)) << memory;
+  EXPECT_LT(memory["reserved_bytes"].get<double>(), memory["bytes_per_device"].get<double>() / 4) << memory;
   std::set<std::pair<std::string, int>> seen;
   for (const auto& c : p["collectives"]) {
     seen.insert({c["op"].get<std::string>(), c["group_size"].get<int>()});

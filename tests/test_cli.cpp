@@ -9,6 +9,8 @@
 #include <fstream>
 #include <iterator>
 
+#include <nlohmann/json.hpp>
+
 #include "tests/dist_harness.hpp"
 
 namespace hetpar::test {
@@ -178,6 +180,53 @@ TEST(Cli, TorchrunNoPython) {
   EXPECT_EQ(code, 0) << out;
   EXPECT_TRUE(contains(out, "launched by torchrun")) << out;
   EXPECT_TRUE(contains(out, "done: 2 steps")) << out;
+}
+
+}  // namespace
+}  // namespace hetpar::test
+
+namespace hetpar::test {
+namespace {
+
+// hetpar plan: its files from a good run, one clear exit-2 message for each bad input.
+TEST(Cli, PlanWritesItsFilesAndRefusesBadInput) {
+  const std::string dir = ::testing::TempDir() + "/plan_cli_" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  const std::string tiny = std::string(HETPAR_SOURCE_DIR) + "/workloads/tiny.toml";
+  const std::string h100 = std::string(HETPAR_SOURCE_DIR) + "/profiles/h100_dgx.json";
+  const std::string plan = std::string(HETPAR_BINARY) + " plan " + tiny + " ";
+  auto [code, out] = run_command(plan + "--devices 4 --profile " + h100 + " --top 3 --label llm=tiny --out " + dir);
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("best   uniform"), std::string::npos) << out;
+  EXPECT_NE(out.find("hetpar sweep " + dir + "/sweep.toml"), std::string::npos) << out;
+  for (const char* file : {"plan.json", "sweep.toml", "base.toml"}) EXPECT_TRUE(std::filesystem::exists(dir + "/" + file)) << file;
+  std::ifstream in(dir + "/plan.json");
+  const nlohmann::json j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["format"], "hetpar-plan/1");
+  EXPECT_EQ(j["llm"], "tiny");
+  EXPECT_EQ(j["top"].size(), 3u);
+  EXPECT_DOUBLE_EQ(j["best"]["uniform"]["speedup_tokens"].get<double>(), 1.0);
+
+  const std::pair<std::string, std::string> bad[] = {
+      {"--devices 4 --profile " + dir + "/no_such_profile.json", "cannot read the profile"},
+      {"--devices 4 --profile " + tiny, "not JSON"},
+      {"--devices 0 --profile " + h100, "--devices"},
+      {"--devices 4 --profile " + h100 + " --objective throughput", "--objective"},
+      {"--devices 4 --profile " + h100 + " --set llm.hiden=64", "llm.hiden"},
+      {"--devices 4 --profile " + h100 + " --label =x", "--label"},
+      // A 70-billion-parameter-sized LLM cannot fit 4 devices of 80 GB with unsharded optimizer state.
+      {"--devices 4 --profile " + h100 + " --set llm.hidden=8192 --set llm.layers=80 --set llm.heads=64 --set "
+       "llm.kv_heads=8 --set llm.ffn_hidden=28672 --set llm.vocab_size=128256",
+       "fits the profile's memory"}};
+  for (const auto& [args, says] : bad) {
+    std::tie(code, out) = run_command(plan + args + " --out " + dir + "_bad");
+    EXPECT_EQ(code, 2) << args << "\n" << out;
+    EXPECT_NE(out.find(says), std::string::npos) << args << "\n" << out;
+  }
+  std::tie(code, out) = run_command(std::string(HETPAR_BINARY) + " plan " + dir + "/missing.toml --devices 4");
+  EXPECT_EQ(code, 2) << out;
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(dir + "_bad");
 }
 
 }  // namespace

@@ -10,29 +10,12 @@
 #include "metrics/prediction_order.hpp"
 #include "plan/op_times.hpp"
 #include "plan/profile.hpp"
+#include "tests/flat_profile.hpp"
 
 namespace hetpar {
 namespace {
 
 using nlohmann::json;
-
-// A profile where matmuls run at `rate` FLOP/s whatever their shape, and
-// attention, memory traffic and collectives cost next to nothing.
-json flat_profile(double rate, int cores) {
-  json p = {{"format", "hetpar-profile/1"}, {"measured", {{"cores", cores}}}};
-  p["gemm"] = {{{"m", 64}, {"n", 64}, {"k", 64}, {"flops_per_second", rate}}};
-  p["attention"] = {{{"batch", 1}, {"heads", 4}, {"seq", 128}, {"head_dim", 16}, {"causal", true},
-                     {"forward_seconds", 1e-12}, {"backward_seconds", 1e-12}}};
-  p["memory_bound"] = json::array();
-  for (const char* op : {"add", "gelu", "rms_norm", "layer_norm"}) {
-    p["memory_bound"].push_back({{"op", op}, {"bytes", 1e6}, {"bytes_per_second", 1e18}});
-  }
-  p["collectives"] = json::array();
-  for (const char* op : {"all_reduce", "all_gather", "reduce_scatter", "all_to_all_v", "send_recv"}) {
-    p["collectives"].push_back({{"op", op}, {"group_size", 2}, {"latency_seconds", 0.0}, {"bytes_per_second", 1e18}});
-  }
-  return p;
-}
 
 TEST(Profile, AGemmTakesItsFlopsAtTheNearestMeasuredRate) {
   json j = flat_profile(1e9, 2);

@@ -267,6 +267,10 @@ TEST(Sweep, PredictionsSitBesideTheMeasurement) {
     EXPECT_GT(r["predicted_step_seconds"].get<double>(), 0) << line;
     EXPECT_DOUBLE_EQ(r["prediction_error"].get<double>(),
                      r["predicted_step_seconds"].get<double>() / r["step_seconds_median"].get<double>() - 1);
+    // The memory model's fullest rank beside the measured peak resident memory.
+    EXPECT_GT(r["predicted_peak_memory_mib"].get<double>(), 0) << line;
+    EXPECT_DOUBLE_EQ(r["memory_prediction_error"].get<double>(),
+                     r["predicted_peak_memory_mib"].get<double>() / r["peak_memory_mib"].get<double>() - 1);
     ++predicted;
   }
   EXPECT_EQ(predicted, 3);  // two points and their baseline
@@ -275,6 +279,7 @@ TEST(Sweep, PredictionsSitBesideTheMeasurement) {
   const std::string text((std::istreambuf_iterator<char>(report)), std::istreambuf_iterator<char>());
   EXPECT_NE(text.find("## Predicted step time"), std::string::npos) << text;
   EXPECT_NE(text.find("median |error|"), std::string::npos) << text;
+  EXPECT_NE(text.find("Peak memory"), std::string::npos) << text;
 
   const std::string never = fresh_dir("sweep_bad_profile");
   std::tie(code, output) = run_command(std::string(HETPAR_BINARY) + " sweep " + kSweeps + "/two_points.toml --out " +

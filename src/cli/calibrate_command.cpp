@@ -13,6 +13,7 @@
 #include "cli/job_command.hpp"
 #include "dist/launch_env.hpp"
 #include "launch/local_launcher.hpp"
+#include "launch/local_limits.hpp"
 #include "metrics/compute_peak.hpp"
 #include "plan/calibration.hpp"
 #include "util/build_info.hpp"
@@ -44,8 +45,12 @@ std::string utc_now() {
 int run_rank(const CalibrateArgs& args, const LaunchEnv& env, const CalibrationOptions& options) {
   set_log_rank(env.rank);
   Runtime runtime(env, RuntimeOptions{});
+  // What a rank holds with its process group up and no tensor yet: the memory model's reserved part.
+  const double resident = resident_bytes();
   const nlohmann::json collectives = measure_collectives(runtime, options);
-  if (env.rank == 0) write_file_atomic(args.rank_output, collectives.dump());
+  if (env.rank == 0) {
+    write_file_atomic(args.rank_output, nlohmann::json{{"collectives", collectives}, {"resident_bytes", resident}}.dump());
+  }
   return 0;
 }
 
@@ -141,7 +146,8 @@ int run_calibrate(const CalibrateArgs& args) {
   const LaunchResult result = launch_local(spec);
   if (result.exit_code != 0) die(kExitError, "calibrate: the collectives failed: " + describe_failure(result));
   std::ifstream in(part);
-  profile["collectives"] = nlohmann::json::parse(in);
+  const nlohmann::json ranks_part = nlohmann::json::parse(in);
+  profile["collectives"] = ranks_part.at("collectives");
   std::filesystem::remove(part);
 
   profile["measured"] = {
@@ -150,6 +156,14 @@ int run_calibrate(const CalibrateArgs& args) {
       {"torch_version", build_torch_version()}, {"date", utc_now()}, {"quick", args.quick},
       {"load_average_before", load_before},
       {"seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()}};
+  // Host memory, which every local rank shares, and what a rank holds before
+  // its model (for the memory model, plan/memory_model.hpp).
+  profile["memory"] = {{"bytes_per_device", total_memory_bytes()},
+                       {"shared_by_all_ranks", true},
+                       {"reserved_bytes", ranks_part.at("resident_bytes")}};
+  // CPU attention with grouped-query heads takes the unfused path, which keeps
+  // its probabilities for the backward (the memory model counts them).
+  profile["attention_keeps_probabilities"] = true;
   write_file_atomic(args.out, profile.dump(2) + "\n");
   log_info("{}", summary_text(profile));
   log_info("calibrate: wrote {} in {:.0f} s", args.out, profile["measured"]["seconds"].get<double>());

@@ -6,6 +6,7 @@
 #include "cli/calibrate_command.hpp"
 #include "cli/compare_command.hpp"
 #include "cli/eval_command.hpp"
+#include "cli/plan_command.hpp"
 #include "cli/sweep_command.hpp"
 #include "cli/train_command.hpp"
 #include "config/config_error.hpp"
@@ -31,6 +32,8 @@ int main(int argc, char** argv) {
   CLI::App* sweep_cmd = hetpar::add_sweep_command(app, sweep);
   hetpar::CalibrateArgs calibrate;
   CLI::App* calibrate_cmd = hetpar::add_calibrate_command(app, calibrate);
+  hetpar::PlanArgs plan;
+  CLI::App* plan_cmd = hetpar::add_plan_command(app, plan);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -43,6 +46,7 @@ int main(int argc, char** argv) {
     if (compare_cmd->parsed()) return hetpar::run_compare(compare);
     if (sweep_cmd->parsed()) return hetpar::run_sweep_command(sweep);
     if (calibrate_cmd->parsed()) return hetpar::run_calibrate(calibrate);
+    if (plan_cmd->parsed()) return hetpar::run_plan(plan);
   } catch (const std::exception& e) {
     hetpar::die_of(e);
   }

@@ -1,6 +1,7 @@
 #include "config/run_config.hpp"
 
 #include <algorithm>
+#include <array>
 #include <filesystem>
 #include <limits>
 #include <sstream>
@@ -95,18 +96,27 @@ void check_table(const toml::table& table, const std::string& prefix, const Toml
 
 // ---- consistency across keys ----------------------------------------------------
 
-// KEY's value must be a multiple of a divisor built from other keys.
+// KEY's value must be a multiple of a divisor built from other keys. Only
+// views and numbers: the planner checks hundreds of thousands of layouts, and
+// a rule's text is built only when it fails.
 struct MultipleRule {
-  std::string key;
+  std::string_view key;
   int64_t value;
-  std::string divisor_text;  // "encoder.patch_size = 8": names the other key(s)
+  std::string_view divisor_name;  // "encoder.patch_size", "2 * layout.llm.cp"
   int64_t divisor;
-  std::vector<std::string_view> divisor_keys;  // for naming the file when KEY was not written
+  std::array<std::string_view, 2> divisor_keys;  // for naming the file when KEY was not written
+  std::string_view note = {};                     // said after the divisor
+  int64_t factors[2] = {0, 0};                    // a divisor that is a product: its factors, shown
+
+  std::string divisor_text() const {  // "data.micro_batch_size * layout.llm.dp = 4 * 2 = 8"
+    std::string text(divisor_name);
+    if (factors[0] > 0) text += " = " + num(factors[0]) + " * " + num(factors[1]);
+    return text + " = " + num(divisor) + std::string(note);
+  }
 };
 
-MultipleRule multiple_of_key(std::string key, int64_t value, std::string_view other,
-                             int64_t divisor) {
-  return {std::move(key), value, std::string(other) + " = " + num(divisor), divisor, {other}};
+MultipleRule multiple_of_key(std::string_view key, int64_t value, std::string_view other, int64_t divisor) {
+  return {key, value, other, divisor, {other, {}}};
 }
 
 // In the order a reader would fix them: model shapes, then how layouts cut them.
@@ -116,9 +126,9 @@ std::vector<MultipleRule> multiple_rules(const RunConfig& c) {
   const bool uniform = c.layout.placement == Placement::Uniform;
   // Under uniform placement the encoder's tp is the llm's: name the key the user wrote.
   const std::string_view enc_tp_key = uniform ? "layout.llm.tp" : "layout.encoder.tp";
-  auto multiple_of_encoder_tp = [&](std::string key, int64_t value) {
-    MultipleRule rule = multiple_of_key(std::move(key), value, enc_tp_key, enc.tp);
-    if (uniform) rule.divisor_text += " (the encoder's tp under uniform placement)";
+  auto multiple_of_encoder_tp = [&](std::string_view key, int64_t value) {
+    MultipleRule rule = multiple_of_key(key, value, enc_tp_key, enc.tp);
+    if (uniform) rule.note = " (the encoder's tp under uniform placement)";
     return rule;
   };
   std::vector<MultipleRule> rules = {
@@ -137,114 +147,108 @@ std::vector<MultipleRule> multiple_rules(const RunConfig& c) {
   };
   // Context parallelism gives each cp rank two sequence chunks, one from each
   // end, so causal attention costs every rank the same.
-  if (llm.cp > 1) {
-    const int64_t chunks = 2 * llm.cp;
-    rules.push_back({"llm.seq_len",
-                     c.llm.seq_len,
-                     "2 * layout.llm.cp = " + num(chunks),
-                     chunks,
-                     {"layout.llm.cp"}});
-  }
+  if (llm.cp > 1) rules.push_back({"llm.seq_len", c.llm.seq_len, "2 * layout.llm.cp", 2 * llm.cp, {"layout.llm.cp", {}}});
   // Saturating: absurd sizes must fail the check, not wrap around.
   const int64_t micro = c.data.micro_batch_size;
   const int64_t per_step = micro > std::numeric_limits<int64_t>::max() / llm.dp
                                ? std::numeric_limits<int64_t>::max()
                                : micro * llm.dp;
-  rules.push_back({"data.global_batch_size",
-                   c.data.global_batch_size,
-                   "data.micro_batch_size * layout.llm.dp = " + num(micro) + " * " + num(llm.dp) +
-                       " = " + num(per_step),
-                   per_step,
-                   {"data.micro_batch_size", "layout.llm.dp"}});
+  MultipleRule batch{"data.global_batch_size", c.data.global_batch_size, "data.micro_batch_size * layout.llm.dp",
+                     per_step, {"data.micro_batch_size", "layout.llm.dp"}};
+  batch.factors[0] = micro;
+  batch.factors[1] = llm.dp;
+  rules.push_back(batch);
   return rules;
 }
 
 // Each stage needs a layer; 1F1B needs a micro-batch in flight per stage;
 // non-colocated, the encoder must run ahead as far as stage 0's warm-up
 // (it takes pp micro-batches' rows before it gives back any gradient).
-void pipeline_rules(const TomlDocument& doc, const RunConfig& c) {
+std::optional<ConfigProblem> pipeline_problem(const RunConfig& c) {
   if (c.encoder.layers < c.placement.encoder.pp) {
-    throw ConfigError(file_of(doc, {"encoder.layers", "layout.encoder.pp"}), "encoder.layers",
-                      "must be >= layout.encoder.pp = " + num(c.placement.encoder.pp) + " (a layer per stage), got " +
-                          num(c.encoder.layers));
+    return ConfigProblem{{"encoder.layers", "layout.encoder.pp"}, "must be >= layout.encoder.pp = " + num(c.placement.encoder.pp) + " (a layer per stage), got " +
+                          num(c.encoder.layers)};
   }
   const int pp = c.placement.llm.pp;
-  if (pp == 1) return;
+  if (pp == 1) return std::nullopt;
   if (c.llm.layers < pp) {
-    throw ConfigError(file_of(doc, {"llm.layers", "layout.llm.pp"}), "llm.layers",
-                      "must be >= layout.llm.pp = " + num(pp) + " (a layer per stage), got " + num(c.llm.layers));
+    return ConfigProblem{{"llm.layers", "layout.llm.pp"}, "must be >= layout.llm.pp = " + num(pp) + " (a layer per stage), got " + num(c.llm.layers)};
   }
   const int64_t micro_batches = micro_batches_per_step(c);
   if (micro_batches < pp) {
-    throw ConfigError(file_of(doc, {"data.global_batch_size", "data.micro_batch_size", "layout.llm.dp", "layout.llm.pp"}),
-                      "data.global_batch_size",
-                      "gives " + num(micro_batches) + " micro-batches a step per llm dp rank, fewer than the " +
-                          num(pp) + " pipeline stages (layout.llm.pp) that 1F1B keeps busy");
+    return ConfigProblem{{"data.global_batch_size", "data.micro_batch_size", "layout.llm.dp", "layout.llm.pp"}, "gives " + num(micro_batches) + " micro-batches a step per llm dp rank, fewer than the " +
+                          num(pp) + " pipeline stages (layout.llm.pp) that 1F1B keeps busy"};
   }
   if (c.placement.placement == Placement::NonColocated && c.layout.run_ahead < pp) {
-    throw ConfigError(file_of(doc, {"layout.run_ahead", "layout.llm.pp"}), "layout.run_ahead",
-                      "must be >= layout.llm.pp = " + num(pp) + " (the LLM's first stage takes " + num(pp) +
-                          " micro-batches' rows before it returns a gradient), got " + num(c.layout.run_ahead));
+    return ConfigProblem{{"layout.run_ahead", "layout.llm.pp"}, "must be >= layout.llm.pp = " + num(pp) + " (the LLM's first stage takes " + num(pp) +
+                          " micro-batches' rows before it returns a gradient), got " + num(c.layout.run_ahead)};
   }
-  if (c.placement.placement != Placement::Colocated) return;
+  if (c.placement.placement != Placement::Colocated) return std::nullopt;
   // Colocated, every rank encodes a share of every micro-batch at a point of
   // its own stage's order: a collective of the encoder across two stages
   // would pair calls made at different points, so its TP groups stay inside one.
   const int per_stage = c.placement.world_size / pp;
   if (per_stage % c.placement.encoder.tp != 0) {
-    throw ConfigError(file_of(doc, {"layout.encoder.tp", "layout.llm.pp"}), "layout.encoder.tp",
-                      "must divide the " + num(per_stage) + " ranks of each llm pipeline stage (colocated, an "
-                      "encoder tp group stays inside one stage), got " + num(c.placement.encoder.tp));
+    return ConfigProblem{{"layout.encoder.tp", "layout.llm.pp"}, "must divide the " + num(per_stage) + " ranks of each llm pipeline stage (colocated, an "
+                      "encoder tp group stays inside one stage), got " + num(c.placement.encoder.tp)};
   }
   if (c.layout.encoder_in_flight != 0 && c.layout.encoder_in_flight < pp) {
-    throw ConfigError(file_of(doc, {"layout.encoder_in_flight", "layout.llm.pp"}), "layout.encoder_in_flight",
-                      "must be 0 (llm pp + 1) or >= layout.llm.pp = " + num(pp) + " (the LLM's first stage takes " +
+    return ConfigProblem{{"layout.encoder_in_flight", "layout.llm.pp"}, "must be 0 (llm pp + 1) or >= layout.llm.pp = " + num(pp) + " (the LLM's first stage takes " +
                           num(pp) + " micro-batches' rows before it returns a gradient), got " +
-                          num(c.layout.encoder_in_flight));
+                          num(c.layout.encoder_in_flight)};
   }
+  return std::nullopt;
 }
 
-void check_consistency(const TomlDocument& doc, const RunConfig& c) {
+}  // namespace
+
+std::optional<ConfigProblem> consistency_problem(const RunConfig& c) {
   if (c.data.images_max < c.data.images_min) {
-    throw ConfigError(file_of(doc, {"data.images_max", "data.images_min"}), "data.images_max",
-                      "must be >= data.images_min = " + num(c.data.images_min) + ", got " +
-                          num(c.data.images_max));
+    return ConfigProblem{{"data.images_max", "data.images_min"}, "must be >= data.images_min = " + num(c.data.images_min) + ", got " +
+                          num(c.data.images_max)};
   }
   // Each sample holds a BOS token, its image tokens and at least one text token.
   const int64_t image_tokens = c.data.images_max * c.encoder.tokens_per_image();
   if (image_tokens + 2 > c.llm.seq_len) {
-    throw ConfigError(file_of(doc, {"llm.seq_len", "data.images_max"}), "llm.seq_len",
-                      "must be >= data.images_max * tokens per image + 2 = " + num(image_tokens + 2) +
-                          ", got " + num(c.llm.seq_len));
+    return ConfigProblem{{"llm.seq_len", "data.images_max"}, "must be >= data.images_max * tokens per image + 2 = " + num(image_tokens + 2) +
+                          ", got " + num(c.llm.seq_len)};
   }
   if (c.optim.min_lr > c.optim.lr) {
-    throw ConfigError(file_of(doc, {"optim.min_lr", "optim.lr"}), "optim.min_lr",
-                      "must be <= optim.lr, got " + std::to_string(c.optim.min_lr));
+    return ConfigProblem{{"optim.min_lr", "optim.lr"}, "must be <= optim.lr, got " + std::to_string(c.optim.min_lr)};
   }
   for (const MultipleRule& rule : multiple_rules(c)) {
     if (rule.value % rule.divisor != 0) {
-      std::vector<std::string_view> keys{rule.key};
-      keys.insert(keys.end(), rule.divisor_keys.begin(), rule.divisor_keys.end());
-      throw ConfigError(file_of(doc, keys), rule.key,
-                        "must be a multiple of " + rule.divisor_text + ", got " + num(rule.value));
+      std::vector<std::string> keys{std::string(rule.key)};
+      for (std::string_view k : rule.divisor_keys) {
+        if (!k.empty()) keys.emplace_back(k);
+      }
+      return ConfigProblem{keys, "must be a multiple of " + rule.divisor_text() + ", got " + num(rule.value)};
     }
   }
-  pipeline_rules(doc, c);
+  if (auto problem = pipeline_problem(c)) return problem;
   if (c.llm.image_token_id >= c.llm.vocab_size) {
-    throw ConfigError(file_of(doc, {"llm.image_token_id", "llm.vocab_size"}), "llm.image_token_id",
-                      "must be below llm.vocab_size = " + num(c.llm.vocab_size) + ", got " +
-                          num(c.llm.image_token_id));
+    return ConfigProblem{{"llm.image_token_id", "llm.vocab_size"}, "must be below llm.vocab_size = " + num(c.llm.vocab_size) + ", got " +
+                          num(c.llm.image_token_id)};
   }
   if (c.encoder.drop_first_token && c.encoder.patches_per_image() < 2) {
-    throw ConfigError(file_of(doc, {"encoder.drop_first_token", "encoder.image_size", "encoder.patch_size"}),
-                      "encoder.drop_first_token", "an image of one patch has no token left once its first is dropped");
+    return ConfigProblem{{"encoder.drop_first_token", "encoder.image_size", "encoder.patch_size"}, "an image of one patch has no token left once its first is dropped"};
   }
   // RoPE rotates pairs of channels: the LLM's head size must be even.
   if ((c.llm.hidden / c.llm.heads) % 2 != 0) {
-    throw ConfigError(file_of(doc, {"llm.hidden", "llm.heads"}), "llm.hidden",
-                      "llm.hidden / llm.heads = " + num(c.llm.hidden / c.llm.heads) +
+    return ConfigProblem{{"llm.hidden", "llm.heads"}, "llm.hidden / llm.heads = " + num(c.llm.hidden / c.llm.heads) +
                           " is the head size, which RoPE needs even; got llm.hidden = " + num(c.llm.hidden) +
-                          ", llm.heads = " + num(c.llm.heads));
+                          ", llm.heads = " + num(c.llm.heads)};
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+// Throws the first problem of `c` naming the file that set its first key.
+void check_consistency(const TomlDocument& doc, const RunConfig& c) {
+  if (const auto problem = consistency_problem(c)) {
+    const std::vector<std::string_view> keys(problem->keys.begin(), problem->keys.end());
+    throw ConfigError(file_of(doc, keys), problem->keys.front(), problem->reason);
   }
 }
 
@@ -328,19 +332,36 @@ RunConfig load_run_config_over(const std::string& base_toml, const std::string& 
   return config_of(std::move(doc), overrides);
 }
 
-void check_trainer_supports(const RunConfig& c) {
+std::optional<ConfigProblem> trainer_support_problem(const RunConfig& c) {
   const bool uniform = c.placement.placement == Placement::Uniform;
   if (c.placement.encoder.pp > 1 && c.placement.placement != Placement::NonColocated) {
-    throw ConfigError(c.source_file, "layout.encoder.pp",
-                      "encoder pipeline parallelism needs the non-colocated placement (the encoder on ranks of "
-                      "its own), got " + c.placement.encoder.to_string() + " under " + to_string(c.placement.placement));
+    return ConfigProblem{{"layout.encoder.pp"},
+                         "encoder pipeline parallelism needs the non-colocated placement (the encoder on ranks of "
+                         "its own), got " + c.placement.encoder.to_string() + " under " + to_string(c.placement.placement)};
   }
   // Under uniform placement the encoder takes the LLM's layout and runs whole on every CP rank.
   if (!uniform && c.placement.encoder.cp > 1) {
-    throw ConfigError(c.source_file, "layout.encoder.cp",
-                      "the encoder takes no context parallelism (an image's tokens are few; split images over "
-                      "layout.encoder.dp instead), got " + c.placement.encoder.to_string());
+    return ConfigProblem{{"layout.encoder.cp"},
+                         "the encoder takes no context parallelism (an image's tokens are few; split images over "
+                         "layout.encoder.dp instead), got " + c.placement.encoder.to_string()};
   }
+  return std::nullopt;
+}
+
+void check_trainer_supports(const RunConfig& c) {
+  if (const auto problem = trainer_support_problem(c)) {
+    throw ConfigError(c.source_file, problem->keys.front(), problem->reason);
+  }
+}
+
+std::optional<ConfigProblem> layout_problem(RunConfig& c) {
+  try {
+    c.placement = resolve_placement(c.layout.placement, c.layout.encoder, c.layout.llm);
+  } catch (const PlacementError& e) {
+    return ConfigProblem{{"layout"}, e.what()};
+  }
+  if (auto problem = consistency_problem(c)) return problem;
+  return trainer_support_problem(c);
 }
 
 void check_world_size(const RunConfig& config, int launched_world_size) {

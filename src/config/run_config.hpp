@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -124,6 +125,26 @@ RunConfig load_run_config(const std::string& file, const std::vector<std::string
 // run file: ORIGIN is then the source).
 RunConfig load_run_config_over(const std::string& base_toml, const std::string& origin, const std::string& file,
                                const std::vector<std::string>& overrides);
+
+// A problem of a parsed config: why, and the keys involved (the first is the
+// one to change; the others name where the rest of the rule comes from).
+struct ConfigProblem {
+  std::vector<std::string> keys;
+  std::string reason;
+};
+
+// The first problem of the resolved config's values taken together (shapes
+// against layouts, the pipeline's rules), or none: what load_run_config
+// checks beyond each key's own type and range.
+std::optional<ConfigProblem> consistency_problem(const RunConfig& config);
+
+// What the trainer cannot run yet, or none (check_trainer_supports throws it).
+std::optional<ConfigProblem> trainer_support_problem(const RunConfig& config);
+
+// For configs built in code (the planner's candidates): resolves
+// config.placement from config.layout, then the first problem of the
+// placement, consistency_problem or trainer_support_problem.
+std::optional<ConfigProblem> layout_problem(RunConfig& config);
 
 // What the trainer can run today (the config format already describes
 // more): throws ConfigError naming the layout otherwise.

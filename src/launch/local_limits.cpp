@@ -24,18 +24,20 @@ std::string gib(double bytes) {
   return buf;
 }
 
-// "MemAvailable:   123456 kB" -> bytes; 0 when absent.
-double meminfo_available() {
-  std::ifstream in("/proc/meminfo");
+// A "Field:   123456 kB" line of a /proc file -> bytes; 0 when absent.
+double proc_kib_field(const char* file, const std::string& field) {
+  std::ifstream in(file);
   for (std::string line; std::getline(in, line);) {
-    if (line.rfind("MemAvailable:", 0) != 0) continue;
-    std::istringstream fields(line.substr(13));
+    if (line.rfind(field + ":", 0) != 0) continue;
+    std::istringstream fields(line.substr(field.size() + 1));
     double kib = 0;
     fields >> kib;
     return kib * 1024.0;
   }
   return 0;
 }
+
+double meminfo_available() { return proc_kib_field("/proc/meminfo", "MemAvailable"); }
 
 // cgroup v2: memory.max ("max" = no limit) minus memory.current.
 double cgroup_remaining() {
@@ -61,6 +63,10 @@ int usable_cores() {
   const long online = sysconf(_SC_NPROCESSORS_ONLN);
   return online > 0 ? static_cast<int>(online) : 1;
 }
+
+double total_memory_bytes() { return proc_kib_field("/proc/meminfo", "MemTotal"); }
+
+double resident_bytes() { return proc_kib_field("/proc/self/status", "VmRSS"); }
 
 int max_local_ranks() { return kRanksPerCore * usable_cores(); }
 

@@ -19,6 +19,12 @@ int max_local_ranks();
 // MemAvailable and the cgroup's remaining limit; 0 when unknown.
 double available_memory_bytes();
 
+// MemTotal of this machine (0 when unknown): what all local ranks share.
+double total_memory_bytes();
+
+// This process's resident memory now (VmRSS; 0 when unknown).
+double resident_bytes();
+
 // A lower bound of one rank's resident memory for `config` on CPU in fp32:
 // its shards of the weights, gradients and AdamW state of each module it
 // holds, plus one micro-batch's logits and their gradient. Activations are

@@ -9,7 +9,7 @@
 namespace hetpar {
 namespace {
 
-constexpr double kFloat = 4;  // bytes: activations, gradients and collectives are fp32 on CPU
+constexpr double kFp32 = 4;  // bytes of a gradient value: gradients are reduced in fp32 on every device
 
 struct Cost {
   double forward = 0, backward = 0;
@@ -36,14 +36,26 @@ Cost matmul(const Profile& p, double tokens, double out, double in) {
 
 // A memory-bound op over `elements` values, read and written once; its backward the same again, twice.
 Cost memory(const Profile& p, const char* op, double elements, double passes = 2) {
-  const double s = p.memory_seconds(op, passes * kFloat * elements);
+  const double s = p.memory_seconds(op, passes * p.element_bytes() * elements);
   return {s, 2 * s};
+}
+
+// A group of `size` ranks `stride` apart, the first at `first`, on nodes of
+// the profile's size (ranks fill nodes in order): 0 when it is inside one
+// node, else how many of its members the first node holds.
+int members_per_node(const Profile& p, int first, int stride, int size) {
+  const int per_node = p.gpus_per_node();
+  if (per_node <= 0 || size <= 1 || first / per_node == (first + stride * (size - 1)) / per_node) return 0;
+  int members = 0;
+  for (int i = 0; i < size && (first + stride * i) / per_node == first / per_node; ++i) ++members;
+  return members;
 }
 
 struct LayerShape {
   double tokens;         // rows on this rank
   double hidden, heads, kv_heads, head_dim, mlp;
   int tp, cp;
+  int tp_spans, cp_spans;  // members a node holds when the group crosses nodes (0: it does not)
   bool gated, causal;
   double sequences, seq;  // attention: sequences of seq keys (queries split over cp)
   const char* norm;
@@ -65,12 +77,12 @@ RankCost layer_cost(const Profile& p, const LayerShape& l) {
   c.compute += memory(p, l.activation, l.tokens * l.mlp / l.tp * (l.gated ? 2 : 1));
   c.compute += memory(p, "add", l.tokens * l.hidden, 3) * 2;
   // TP: the attention and MLP outputs all-reduced forward, their input gradients backward.
-  const double tp_bytes = kFloat * l.tokens * l.hidden;
-  const double tp = 2 * p.collective_seconds("all_reduce", l.tp, tp_bytes);
+  const double e = p.element_bytes();
+  const double tp = 2 * p.collective_seconds("all_reduce", l.tp, e * l.tokens * l.hidden, l.tp_spans);
   // CP: K and V gathered forward, their gradients reduce-scattered backward.
-  const double kv_bytes = 2 * kFloat * l.tokens * l.cp * kv;
-  c.comm += {tp + p.collective_seconds("all_gather", l.cp, kv_bytes),
-             tp + p.collective_seconds("reduce_scatter", l.cp, kv_bytes)};
+  const double kv_bytes = 2 * e * l.tokens * l.cp * kv;
+  c.comm += {tp + p.collective_seconds("all_gather", l.cp, kv_bytes, l.cp_spans),
+             tp + p.collective_seconds("reduce_scatter", l.cp, kv_bytes, l.cp_spans)};
   return c;
 }
 
@@ -88,24 +100,24 @@ double images_per_encoder_rank(const RunConfig& c) {
   return per_micro_batch / split;
 }
 
-// Each op's time on one rank with a core to itself, and the compute all
-// ranks do in a step (which ranks sharing cores must fit into them).
-struct Estimate {
-  OpTimes times;
-  double compute_seconds = 0;  // summed over every rank
-};
+}  // namespace
 
-Estimate estimate(const RunConfig& c, const Profile& p) {
+OpEstimate estimate_ops(const RunConfig& c, const Profile& p) {
   const ModulePlacement& pl = c.placement;
   const double micro_batches = static_cast<double>(micro_batches_per_step(c));
-  Estimate out;
+  const double e = p.element_bytes();
+  // Ranks go tp fastest, then cp, dp, pp, from each module's first rank.
+  const int llm_first = pl.llm_ranks.offset, enc_first = pl.encoder_ranks.offset;
+  OpEstimate out;
   OpTimes& t = out.times;
 
   // The LLM, stage by stage.
   const LlmConfig& llm = c.llm;
   const double tokens = static_cast<double>(c.data.micro_batch_size * llm.seq_len) / pl.llm.cp;
   const LayerShape llm_layer{tokens, double(llm.hidden), double(llm.heads), double(llm.kv_heads),
-                             double(llm.hidden / llm.heads), double(llm.ffn_hidden), pl.llm.tp, pl.llm.cp, true, true,
+                             double(llm.hidden / llm.heads), double(llm.ffn_hidden), pl.llm.tp, pl.llm.cp,
+                             members_per_node(p, llm_first, 1, pl.llm.tp), members_per_node(p, llm_first, pl.llm.tp, pl.llm.cp),
+                             true, true,
                              double(c.data.micro_batch_size), double(llm.seq_len), "rms_norm", "gelu"};
   const RankCost layer = layer_cost(p, llm_layer);
   for (int s = 0; s < pl.llm.pp; ++s) {
@@ -113,7 +125,7 @@ Estimate estimate(const RunConfig& c, const Profile& p) {
     if (s == pl.llm.pp - 1) {  // the head, its loss, and the vocab-parallel loss's small all-reduces
       stage.compute += matmul(p, tokens, double(llm.vocab_size) / pl.llm.tp, double(llm.hidden));
       stage.compute += memory(p, "add", tokens * double(llm.vocab_size) / pl.llm.tp, 3);
-      stage.comm += Cost{3 * p.collective_seconds("all_reduce", pl.llm.tp, kFloat * tokens), 0};
+      stage.comm += Cost{3 * p.collective_seconds("all_reduce", pl.llm.tp, kFp32 * tokens, llm_layer.tp_spans), 0};
     }
     t.llm_forward.push_back(stage.forward());
     t.llm_backward.push_back(stage.backward());
@@ -125,7 +137,8 @@ Estimate estimate(const RunConfig& c, const Profile& p) {
   const double images = images_per_encoder_rank(c);
   const double patches = static_cast<double>(enc.patches_per_image());
   const LayerShape enc_layer{images * patches, double(enc.hidden), double(enc.heads), double(enc.heads),
-                             double(enc.hidden / enc.heads), double(enc.mlp_hidden), pl.encoder.tp, 1, false, false,
+                             double(enc.hidden / enc.heads), double(enc.mlp_hidden), pl.encoder.tp, 1,
+                             members_per_node(p, enc_first, 1, pl.encoder.tp), false, false, false,
                              images, patches, "layer_norm", "gelu"};
   const RankCost vit = layer_cost(p, enc_layer);
   for (int s = 0; s < pl.encoder.pp; ++s) {
@@ -137,7 +150,8 @@ Estimate estimate(const RunConfig& c, const Profile& p) {
       stage.compute += matmul(p, rows, double(llm.hidden) / pl.encoder.tp, double(enc.hidden));
       stage.compute += matmul(p, rows, double(llm.hidden), double(llm.hidden) / pl.encoder.tp);
       stage.compute += memory(p, "gelu", rows * double(llm.hidden) / pl.encoder.tp);
-      const double ar = p.collective_seconds("all_reduce", pl.encoder.tp, kFloat * rows * double(llm.hidden));
+      const double ar =
+          p.collective_seconds("all_reduce", pl.encoder.tp, e * rows * double(llm.hidden), enc_layer.tp_spans);
       stage.comm += Cost{ar, ar};
     }
     t.encoder_forward.push_back(stage.forward());
@@ -146,52 +160,76 @@ Estimate estimate(const RunConfig& c, const Profile& p) {
         micro_batches * (pl.encoder.size() / pl.encoder.pp) * (stage.compute.forward + stage.compute.backward);
   }
 
-  // The boundary: a micro-batch's rows (fp32), each to every LLM TP rank of its replica.
-  const double rows_bytes = kFloat * expected_images_per_step(c) / static_cast<double>(micro_batches_per_step(c)) *
+  // The boundary: a micro-batch's rows, each to every LLM TP rank of its replica.
+  const int world = pl.world_size;
+  const double rows_bytes = e * expected_images_per_step(c) / static_cast<double>(micro_batches_per_step(c)) *
                             static_cast<double>(enc.tokens_per_image()) * static_cast<double>(llm.hidden);
   if (pl.placement == Placement::Colocated) {
     const double per_rank = rows_bytes * pl.llm.tp / pl.world_size;
-    t.boundary_forward = p.collective_seconds("all_to_all_v", pl.world_size, per_rank);
+    t.boundary_forward = p.collective_seconds("all_to_all_v", world, per_rank, members_per_node(p, 0, 1, world));
     t.boundary_backward = t.boundary_forward;
   } else if (pl.placement == Placement::NonColocated) {  // what one LLM rank receives
     const double per_rank = rows_bytes / (pl.llm.dp * pl.llm.cp);
-    t.boundary_forward = p.collective_seconds("send_recv", 2, per_rank);
+    // The two sides are on different nodes once the job outgrows one.
+    const int apart = p.gpus_per_node() > 0 && world > p.gpus_per_node() ? 1 : 0;
+    t.boundary_forward = p.collective_seconds("send_recv", 2, per_rank, apart);
     t.boundary_backward = t.boundary_forward;
   }
-  t.stage_transfer = p.collective_seconds("send_recv", 2, kFloat * tokens * double(llm.hidden));
+  const int stage_stride = pl.llm.size() / pl.llm.pp;
+  t.stage_transfer = p.collective_seconds("send_recv", 2, e * tokens * double(llm.hidden),
+                                          members_per_node(p, llm_first, stage_stride, pl.llm.pp));
 
   // Once a step: each module's gradients summed over its DP x CP group in
   // 32 MiB buckets, the norm's all-reduce, and AdamW (param, grad, two
   // moments read, three written: 7 floats a parameter) at the add bandwidth.
-  const auto sync = [&](double parameters, int group) {
-    const double bytes = kFloat * parameters;
+  const auto sync = [&](double parameters, int first, int stride, int group) {
+    const double bytes = kFp32 * parameters;
     const double buckets = std::max(1.0, std::ceil(bytes / (32 << 20)));
-    return group > 1 ? buckets * p.collective_seconds("all_reduce", group, bytes / buckets) : 0.0;
+    const int spans = members_per_node(p, first, stride, group);
+    return group > 1 ? buckets * p.collective_seconds("all_reduce", group, bytes / buckets, spans) : 0.0;
   };
   const double llm_params = static_cast<double>(llm_parameters(llm)) / (pl.llm.tp * pl.llm.pp);
   const double enc_params = (static_cast<double>(enc.frozen ? 0 : encoder_parameters(enc)) +
                              static_cast<double>(projector_parameters(enc, llm))) /
                             (pl.encoder.tp * pl.encoder.pp);
-  const double llm_optimizer = p.memory_seconds("add", 7 * kFloat * llm_params);
-  const double enc_optimizer = p.memory_seconds("add", 7 * kFloat * enc_params);
-  const double llm_side = sync(llm_params, pl.llm.dp * pl.llm.cp) + llm_optimizer;
-  const double enc_side = sync(enc_params, pl.encoder.dp) + enc_optimizer;
-  const double norm = p.collective_seconds("all_reduce", pl.world_size, 8);
+  const double llm_optimizer = p.memory_seconds("add", 7 * kFp32 * llm_params);
+  const double enc_optimizer = p.memory_seconds("add", 7 * kFp32 * enc_params);
+  const double llm_side = sync(llm_params, llm_first, pl.llm.tp, pl.llm.dp * pl.llm.cp) + llm_optimizer;
+  const double enc_side = sync(enc_params, enc_first, pl.encoder.tp, pl.encoder.dp) + enc_optimizer;
+  const double norm = p.collective_seconds("all_reduce", world, 8, members_per_node(p, 0, 1, world));
   t.per_step = norm + (pl.placement == Placement::NonColocated ? std::max(llm_side, enc_side) : llm_side + enc_side);
   out.compute_seconds += pl.llm.size() * llm_optimizer + pl.encoder.size() * enc_optimizer;
   return out;
 }
 
+OpTimes op_times(const RunConfig& config, const Profile& profile) { return estimate_ops(config, profile).times; }
+
+namespace {
+
+// More ranks than cores: the step takes at least the time the cores need for
+// every rank's compute; a rank that waits lends its core meanwhile.
+double cores_bound(const RunConfig& config, const OpEstimate& ops, const Profile& profile) {
+  const double cores = static_cast<double>(profile.cores()) / static_cast<double>(config.runtime.intra_op_threads);
+  return cores > 0 ? ops.compute_seconds / cores : 0;
+}
+
 }  // namespace
 
-OpTimes op_times(const RunConfig& config, const Profile& profile) { return estimate(config, profile).times; }
+double step_lower_bound(const RunConfig& config, const OpEstimate& ops, const Profile& profile) {
+  return std::max(busiest_stage_seconds(config, ops.times), cores_bound(config, ops, profile));
+}
 
-double predict_step_seconds(const RunConfig& config, const Profile& profile) {
-  const Estimate e = estimate(config, profile);
-  // More ranks than cores: the step takes at least the time the cores need
-  // for every rank's compute; a rank that waits lends its core meanwhile.
-  const double cores = static_cast<double>(profile.cores()) / static_cast<double>(config.runtime.intra_op_threads);
-  return std::max(predict_step_seconds(config, e.times), e.compute_seconds / cores);
+StepPrediction predict_step(const RunConfig& config, const OpEstimate& ops, const Profile& profile) {
+  StepPrediction step = predict_step(config, ops.times);
+  if (const double bound = cores_bound(config, ops, profile); bound > step.seconds) {
+    step.phases.core_wait = bound - step.seconds;
+    step.seconds = bound;
+  }
+  return step;
+}
+
+StepPrediction predict_step(const RunConfig& config, const Profile& profile) {
+  return predict_step(config, estimate_ops(config, profile), profile);
 }
 
 }  // namespace hetpar

@@ -17,9 +17,25 @@ namespace hetpar {
 
 OpTimes op_times(const RunConfig& config, const Profile& profile);
 
+// Each op's time, and the compute every rank does in a step together (what
+// ranks sharing cores must fit into them).
+struct OpEstimate {
+  OpTimes times;
+  double compute_seconds = 0;
+};
+OpEstimate estimate_ops(const RunConfig& config, const Profile& profile);
+
+// A lower bound of predict_step's seconds without simulating the step.
+double step_lower_bound(const RunConfig& config, const OpEstimate& ops, const Profile& profile);
+StepPrediction predict_step(const RunConfig& config, const OpEstimate& ops, const Profile& profile);
+
 // The model's whole prediction for a run: op_times, then the schedule; with
 // more ranks than cores, at least the time the cores need for every rank's
 // compute (a rank that waits lends its core to another meanwhile).
-double predict_step_seconds(const RunConfig& config, const Profile& profile);
+// The difference, where the cores' bound sets the step, is the phases' core_wait.
+StepPrediction predict_step(const RunConfig& config, const Profile& profile);
+inline double predict_step_seconds(const RunConfig& config, const Profile& profile) {
+  return predict_step(config, profile).seconds;
+}
 
 }  // namespace hetpar

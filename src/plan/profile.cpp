@@ -1,5 +1,6 @@
 #include "plan/profile.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -59,10 +60,28 @@ Profile Profile::from_json(const nlohmann::json& j, const std::string& origin) {
   Profile p;
   p.measured_ = j.value("measured", nlohmann::json::object());
   p.cores_ = std::max(1, p.measured_.value("cores", 1));
+  const auto optional_number = [&](const char* key, double fallback) {
+    return j.contains(key) ? non_negative(j, key, origin) : fallback;
+  };
+  p.element_bytes_ = optional_number("element_bytes", 4);
+  if (p.element_bytes_ != 2 && p.element_bytes_ != 4) {
+    throw std::runtime_error(origin + ": \"element_bytes\" must be 2 (bf16) or 4 (fp32)");
+  }
+  p.peak_flops_ = optional_number("peak_flops_per_second", 0);
+  p.gpus_per_node_ = static_cast<int>(optional_number("gpus_per_node", 0));
+  if (p.gpus_per_node_ > 0) p.cores_ = 0;  // a device per rank: no cores shared
+  p.attention_keeps_probabilities_ = j.value("attention_keeps_probabilities", false);
+  if (const auto memory = j.find("memory"); memory != j.end()) {
+    const std::string where = origin + ": memory";
+    if (!memory->is_object()) throw std::runtime_error(where + " must be an object");
+    p.memory_bytes_ = positive(*memory, "bytes_per_device", where);
+    p.reserved_bytes_ = memory->contains("reserved_bytes") ? non_negative(*memory, "reserved_bytes", where) : 0;
+    p.memory_shared_ = memory->value("shared_by_all_ranks", false);
+  }
   for (const auto& e : section(j, "gemm", origin)) {
     const std::string where = origin + ": gemm entry";
-    p.gemm_.push_back({positive(e, "m", where), positive(e, "n", where), positive(e, "k", where),
-                       positive(e, "flops_per_second", where)});
+    p.gemm_.push_back({std::log(positive(e, "m", where)), std::log(positive(e, "n", where)),
+                       std::log(positive(e, "k", where)), positive(e, "flops_per_second", where)});
   }
   for (const auto& e : section(j, "attention", origin)) {
     const std::string where = origin + ": attention entry";
@@ -76,7 +95,11 @@ Profile Profile::from_json(const nlohmann::json& j, const std::string& origin) {
   }
   for (const auto& e : section(j, "collectives", origin)) {
     const std::string where = origin + ": collective entry";
-    Collective c{e.value("op", ""), e.value("group_size", 0), 0, 0, {}};
+    Collective c{e.value("op", ""), e.value("scope", ""), e.value("group_size", 0), 0, 0, {}};
+    if (c.scope != "" && c.scope != "intra_node" && c.scope != "inter_node") {
+      throw std::runtime_error(where + " (" + c.op + "): \"scope\" must be \"intra_node\" or \"inter_node\", got \"" +
+                               c.scope + "\"");
+    }
     // The trainer's collectives sit between compute: the in-context
     // measurement where the profile has one, else the back-to-back one.
     const std::string prefix = e.contains("in_context_points") ? "in_context_" : "";
@@ -109,13 +132,23 @@ Profile Profile::load(const std::string& path) {
 
 double Profile::gemm_seconds(double m, double n, double k) const {
   if (m <= 0 || n <= 0 || k <= 0) return 0;
-  const Gemm& g = nearest(
-      gemm_, [&](const Gemm& e) { return log_distance(m, e.m) + log_distance(n, e.n) + log_distance(k, e.k); }, "gemm");
-  return 2 * m * n * k / g.flops_per_second;
+  const auto key = std::make_tuple(m, n, k);
+  auto it = gemm_rate_.find(key);
+  if (it == gemm_rate_.end()) {
+    const double lm = std::log(m), ln = std::log(n), lk = std::log(k);
+    const Gemm& g = nearest(
+        gemm_,
+        [&](const Gemm& e) { return std::abs(lm - e.log_m) + std::abs(ln - e.log_n) + std::abs(lk - e.log_k); },
+        "gemm");
+    it = gemm_rate_.emplace(key, g.flops_per_second).first;
+  }
+  return 2 * m * n * k / it->second;
 }
 
 double Profile::attention_seconds(double batch_heads, double seq, double head_dim, bool causal, bool backward) const {
   if (batch_heads <= 0 || seq <= 0) return 0;
+  const auto key = std::make_tuple(batch_heads, seq, head_dim, causal, backward);
+  if (const auto it = attention_seconds_.find(key); it != attention_seconds_.end()) return it->second;
   const Attention& a = nearest(
       attention_,
       [&](const Attention& e) {
@@ -123,7 +156,7 @@ double Profile::attention_seconds(double batch_heads, double seq, double head_di
       },
       "attention");
   const double scale = batch_heads / a.batch_heads * (seq / a.seq) * (seq / a.seq) * (head_dim / a.head_dim);
-  return (backward ? a.backward : a.forward) * scale;
+  return attention_seconds_[key] = (backward ? a.backward : a.forward) * scale;
 }
 
 double Profile::memory_seconds(const std::string& op, double bytes) const {
@@ -134,19 +167,29 @@ double Profile::memory_seconds(const std::string& op, double bytes) const {
   return bytes / m.bytes_per_second;
 }
 
-double Profile::collective_seconds(const std::string& op, int group_size, double bytes) const {
+double Profile::collective_seconds(const std::string& op, int group_size, double bytes, int members_per_node) const {
   if (group_size <= 1 || bytes <= 0) return 0;
-  const Collective& c = nearest(
-      collectives_,
-      [&](const Collective& e) {
-        return (e.op == op ? 0 : 100) + log_distance(static_cast<double>(group_size), static_cast<double>(std::max(e.group_size, 1)));
-      },
-      op);
-  if (c.op != op) throw std::runtime_error("profile: no measurement of " + op);
-  if (c.bytes_per_second > 0) return c.latency + bytes / c.bytes_per_second;
-  const auto& [at, seconds] =
-      nearest(c.points, [&](const std::pair<double, double>& pt) { return log_distance(bytes, pt.first); }, op);
-  return seconds * std::max(1.0, bytes / at);
+  const auto key = std::make_tuple(op, group_size, bytes, members_per_node);
+  if (const auto it = collective_seconds_.find(key); it != collective_seconds_.end()) return it->second;
+  const bool spans = members_per_node > 0 && members_per_node < group_size;
+  const auto seconds_in = [&](const std::string& scope) {
+    const Collective& c = nearest(
+        collectives_,
+        [&](const Collective& e) {
+          const double other_scope = e.scope.empty() || e.scope == scope ? 0 : 50;  // used only where none matches
+          return (e.op == op ? 0 : 100) + other_scope +
+                 log_distance(static_cast<double>(group_size), static_cast<double>(std::max(e.group_size, 1)));
+        },
+        op);
+    if (c.op != op) throw std::runtime_error("profile: no measurement of " + op);
+    const double links = scope == "inter_node" && c.scope == "inter_node" ? members_per_node : 1;
+    if (c.bytes_per_second > 0) return c.latency + bytes / (c.bytes_per_second * links);
+    const auto& [at, measured] =
+        nearest(c.points, [&](const std::pair<double, double>& pt) { return log_distance(bytes, pt.first); }, op);
+    return measured * std::max(1.0, bytes / at);
+  };
+  const double inside = seconds_in("intra_node");
+  return collective_seconds_[key] = spans ? std::max(inside, seconds_in("inter_node")) : inside;
 }
 
 }  // namespace hetpar

@@ -5,7 +5,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <map>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -28,19 +30,40 @@ class Profile {
   // A collective ("all_reduce", "all_gather", "reduce_scatter",
   // "all_to_all_v", "send_recv") of `bytes` on `group_size` ranks: latency +
   // bytes / bandwidth from the nearest group size measured (where its fit
-  // failed, the nearest measured size's time, scaled up beyond it); 0 on one rank.
-  double collective_seconds(const std::string& op, int group_size, double bytes) const;
+  // failed, the nearest measured size's time, scaled up beyond it); 0 on one
+  // rank. Entries may carry a "scope" ("intra_node" or "inter_node"). A group
+  // across nodes, `members_per_node` of it on each (0: the group is inside one
+  // node), takes the inter-node entries where there are any, their bandwidth
+  // (one network link a device) times the members a node has, but never
+  // faster than the same group inside a node would be.
+  double collective_seconds(const std::string& op, int group_size, double bytes, int members_per_node = 0) const;
 
   const nlohmann::json& measured() const { return measured_; }  // where and when
+  // CPU cores the ranks share; 0 on a GPU profile (a device to each rank).
   int cores() const { return cores_; }
+  // Bytes of an activation value and of the collectives that move them (4
+  // in fp32; a bf16 GPU profile says 2). Gradients are reduced in fp32 always.
+  double element_bytes() const { return element_bytes_; }
+  double peak_flops_per_second() const { return peak_flops_; }  // 0: not stated
+  // Devices a node holds (consecutive ranks); 0: every rank on one node.
+  int gpus_per_node() const { return gpus_per_node_; }
+  // Memory a device offers (0: not stated, nothing is checked), whether all
+  // ranks share it (the CPU's host memory), and what the runtime keeps of it per rank.
+  double memory_bytes() const { return memory_bytes_; }
+  bool memory_shared_by_all_ranks() const { return memory_shared_; }
+  double reserved_bytes() const { return reserved_bytes_; }
+  // Whether attention keeps its (heads x keys) probabilities for the backward
+  // (an unfused kernel: the CPU's with grouped-query heads) or not (a fused one).
+  bool attention_keeps_probabilities() const { return attention_keeps_probabilities_; }
 
  private:
-  struct Gemm { double m, n, k, flops_per_second; };
+  struct Gemm { double log_m, log_n, log_k, flops_per_second; };
   struct Attention { double batch_heads, seq, head_dim; bool causal; double forward, backward; };
   struct MemoryBound { std::string op; double bytes, bytes_per_second; };
   // An alpha-beta fit, or where the fit failed (noise swamped the sizes) the measured points.
   struct Collective {
     std::string op;
+    std::string scope;  // "", "intra_node" or "inter_node"
     int group_size;
     double latency, bytes_per_second;           // bytes_per_second 0: no fit
     std::vector<std::pair<double, double>> points;  // (bytes, seconds)
@@ -50,7 +73,15 @@ class Profile {
   std::vector<MemoryBound> memory_;
   std::vector<Collective> collectives_;
   nlohmann::json measured_;
+  // Lookups already made: a planner asks for the same shapes over and over.
+  mutable std::map<std::tuple<double, double, double>, double> gemm_rate_;
+  mutable std::map<std::tuple<double, double, double, bool, bool>, double> attention_seconds_;
+  mutable std::map<std::tuple<std::string, int, double, int>, double> collective_seconds_;
   int cores_ = 1;
+  double element_bytes_ = 4, peak_flops_ = 0;
+  int gpus_per_node_ = 0;
+  double memory_bytes_ = 0, reserved_bytes_ = 0;
+  bool memory_shared_ = false, attention_keeps_probabilities_ = false;
 };
 
 }  // namespace hetpar

@@ -13,6 +13,7 @@
 // shapes, fills OpTimes.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "config/run_config.hpp"
@@ -29,8 +30,33 @@ struct OpTimes {
   double per_step = 0;        // gradient sync and optimizer, once a step
 };
 
-// Seconds of one step. Throws std::invalid_argument when `times` has not one
-// entry per stage of each module.
-double predict_step_seconds(const RunConfig& config, const OpTimes& times);
+// Where the critical rank's step goes, in the trainer's phase names. The
+// critical rank is the stage of either module that waits least; its phases
+// add up to the step.
+struct StepPhases {
+  double encoder_forward = 0, encoder_backward = 0, llm_forward = 0, llm_backward = 0;
+  double boundary = 0;       // rows out and gradients back
+  double pipeline_wait = 0;  // waiting on a neighbouring stage or the other module
+  double gradient_sync_and_optimizer = 0;
+  double core_wait = 0;      // more ranks than cores: waiting for one (plan/op_times.hpp)
+  double total() const;
+};
+
+struct StepPrediction {
+  double seconds = 0;
+  std::string critical;  // "llm stage 0", "encoder stage 1", ...
+  StepPhases phases;
+};
+
+// One step. Throws std::invalid_argument when `times` has not one entry per
+// stage of each module.
+StepPrediction predict_step(const RunConfig& config, const OpTimes& times);
+inline double predict_step_seconds(const RunConfig& config, const OpTimes& times) {
+  return predict_step(config, times).seconds;
+}
+
+// A lower bound of predict_step's seconds, without simulating: the busiest
+// stage's work and the once-a-step work (what a planner prunes with).
+double busiest_stage_seconds(const RunConfig& config, const OpTimes& times);
 
 }  // namespace hetpar

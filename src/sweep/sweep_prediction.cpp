@@ -3,6 +3,7 @@
 #include <map>
 #include <stdexcept>
 
+#include "plan/memory_model.hpp"
 #include "plan/op_times.hpp"
 
 namespace hetpar {
@@ -18,6 +19,12 @@ void add_prediction(nlohmann::json& r, const RunConfig& config, const Profile& p
     const double predicted = predict_step_seconds(config, profile);
     r["predicted_step_seconds"] = predicted;
     r["prediction_error"] = predicted / measured->get<double>() - 1;
+    // The fullest rank's peak memory, against the run's (the largest of its ranks' peak resident memory).
+    const double memory = fullest_rank(rank_memory(config, memory_assumptions(profile))).total();
+    r["predicted_peak_memory_mib"] = memory / (1 << 20);
+    if (const double peak = r.value("peak_memory_mib", 0.0); peak > 0) {
+      r["memory_prediction_error"] = memory / (1 << 20) / peak - 1;
+    }
   } catch (const std::exception& e) {  // the measurement stands; the report says why no prediction sits beside it
     r["prediction_failed"] = e.what();
   }
@@ -33,7 +40,10 @@ void add_predictions(std::vector<nlohmann::json>& records, const std::vector<Swe
   for (nlohmann::json& r : records) {
     const auto it = config_of.find(r.value("run_id", ""));
     if (it == config_of.end()) continue;
-    for (const char* stale : {"predicted_step_seconds", "prediction_error", "prediction_failed"}) r.erase(stale);
+    for (const char* stale : {"predicted_step_seconds", "prediction_error", "prediction_failed",
+                              "predicted_peak_memory_mib", "memory_prediction_error"}) {
+      r.erase(stale);
+    }
     add_prediction(r, *it->second, profile);
   }
 }

@@ -1,7 +1,8 @@
 // The step-time model beside each measured run of a sweep: a finished run's
 // record gains predicted_step_seconds (plan/op_times.hpp from the sweep's
 // profile and the run's resolved config) and prediction_error (predicted /
-// measured median - 1).
+// measured median - 1), and predicted_peak_memory_mib (plan/memory_model.hpp:
+// the fullest rank) with memory_prediction_error against peak_memory_mib.
 #pragma once
 
 #include <nlohmann/json.hpp>

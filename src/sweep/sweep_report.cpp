@@ -95,7 +95,7 @@ std::string pipeline_bubbles(const std::vector<const Json*>& rows) {
 constexpr double kOrderMargin = 0.05;
 std::string predictions(const std::vector<const Json*>& rows) {
   std::string text, failed;
-  std::vector<double> errors;
+  std::vector<double> errors, memory_errors;
   std::map<std::string, std::vector<const Json*>> groups;
   for (const Json* r : rows) {
     if (r->contains("prediction_failed")) {
@@ -106,13 +106,29 @@ std::string predictions(const std::vector<const Json*>& rows) {
     const double error = predicted / measured - 1;
     errors.push_back(std::abs(error));
     groups[group_of(*r)].push_back(r);
-    text += fmt::format("| {} | {} | {:.1f} | {:.1f} | {:+.1f}% |\n", r->value("run_id", ""), r->value("label", ""),
-                        1e3 * measured, 1e3 * predicted, 100 * error);
+    std::string memory = "| | | ";
+    if (r->contains("memory_prediction_error")) {
+      const double memory_error = number(*r, "memory_prediction_error");
+      memory_errors.push_back(std::abs(memory_error));
+      memory = fmt::format("| {:.0f} | {:.0f} | {:+.1f}% ", number(*r, "peak_memory_mib"),
+                           number(*r, "predicted_peak_memory_mib"), 100 * memory_error);
+    }
+    text += fmt::format("| {} | {} | {:.1f} | {:.1f} | {:+.1f}% {}|\n", r->value("run_id", ""), r->value("label", ""),
+                        1e3 * measured, 1e3 * predicted, 100 * error, memory);
   }
   if (errors.empty()) return failed.empty() ? "" : "\n## Predicted step time\n\n" + failed;
-  std::sort(errors.begin(), errors.end());
-  const double median = errors.size() % 2 ? errors[errors.size() / 2]
-                                          : (errors[errors.size() / 2 - 1] + errors[errors.size() / 2]) / 2;
+  const auto median_of = [](std::vector<double>& v) {
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+  };
+  const double median = median_of(errors);
+  std::string memory_summary;
+  if (!memory_errors.empty()) {
+    const double memory_median = median_of(memory_errors);  // sorts them
+    memory_summary = fmt::format(" Peak memory (the memory model's fullest rank against the largest peak resident "
+                                 "memory of the run's ranks): median |error| {:.1f}%, largest {:.1f}%.",
+                                 100 * memory_median, 100 * memory_errors.back());
+  }
   std::string misordered;
   for (auto& [group, members] : groups) {
     std::vector<TimedRun> timed;
@@ -125,11 +141,13 @@ std::string predictions(const std::vector<const Json*>& rows) {
   }
   return fmt::format("\n## Predicted step time\n\nThe step-time model (the sweep's profile, the run's shapes, its "
                      "schedule simulated) against the measured median: median |error| {:.1f}%, largest {:.1f}% over "
-                     "{} runs; {}.\n\n| run | label | measured ms | predicted ms | error |\n|---|---|---|---|---|\n",
+                     "{} runs; {}.{}\n\n| run | label | measured ms | predicted ms | error | measured MiB | "
+                     "predicted MiB | memory error |\n|---|---|---|---|---|---|---|---|\n",
                      100 * median, 100 * errors.back(), errors.size(),
                      misordered.empty() ? "every group's runs measured more than 5% apart in the measured order"
                                         : "runs measured more than 5% apart but predicted the other way round: " +
-                                              misordered) +
+                                              misordered,
+                     memory_summary) +
          text + (failed.empty() ? "" : "\n" + failed);
 }
 

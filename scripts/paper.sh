@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The paper's figures by prediction (`make paper`): for each LLM x encoder
+# of the paper's model family and each cluster size, `hetpar plan` on a
+# GPU profile finds the best uniform, colocated and non-colocated layouts;
+# plots/plot_paper.py draws their speedups against encoder size beside the
+# paper's published results.
+#   scripts/paper.sh HETPAR PYTHON OUT_DIR [PROFILE]
+# The global batch grows with the cluster (8 samples of 4096 tokens a GPU),
+# so every size keeps the same work per GPU.
+set -euo pipefail
+hetpar=$1 python=$2 out=$3
+profile=${4:-profiles/h100_dgx.json}
+repo=$(cd "$(dirname "$0")/.." && pwd)
+llms=(llama3_8b llama3_70b)
+encoders=(vit_l14_336 siglip_so400m internvit_6b)
+sizes=(8 16 32 64 128 256 512 1024)
+
+mkdir -p "$out/runs" "$out/plans"
+plans=()
+for llm in "${llms[@]}"; do
+  for encoder in "${encoders[@]}"; do
+    run="$out/runs/$llm+$encoder.toml"
+    cat > "$run" <<TOML
+# Written by scripts/paper.sh: $llm with $encoder, 1-3 images a sample.
+include = ["$repo/workloads/llms/$llm.toml", "$repo/workloads/encoders/$encoder.toml"]
+[run]
+name = "$llm+$encoder"
+precision = "bf16"
+[data]
+micro_batch_size = 1
+images_min = 1
+images_max = 3
+TOML
+    for n in "${sizes[@]}"; do
+      dir="$out/plans/$llm+$encoder-$n"
+      echo "== $llm + $encoder on $n GPUs"
+      if "$hetpar" plan "$run" --devices "$n" --profile "$profile" --top 3 \
+           --set data.global_batch_size=$((8 * n)) --label llm="$llm" --label encoder="$encoder" \
+           --out "$dir" > "$dir.txt" 2>&1; then
+        plans+=("$dir/plan.json")
+        sed -n '/^best of each/,/^$/p' "$dir.txt"
+      else
+        echo "   no plan: $(tail -n 3 "$dir.txt" | tr '\n' ' ')"
+      fi
+    done
+  done
+done
+"$python" "$repo/plots/plot_paper.py" "$out" "${plans[@]}" | tee "$out/paper_speedups.md"

@@ -1,0 +1,183 @@
+#include "plan/memory_model.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "metrics/model_flops.hpp"
+#include "parallel/pipeline_schedule.hpp"
+
+namespace hetpar {
+namespace {
+
+constexpr double kFp32 = 4;
+
+// Bytes a parameter holds: weight, gradient and two AdamW moments, or the weight alone.
+double state_bytes(double parameters, bool trainable) { return parameters * (trainable ? 16 : 4); }
+
+struct Part {
+  std::string what;
+  double state = 0, activations = 0, transient = 0;
+  int64_t in_flight = 0;
+};
+
+// Activations a transformer layer saves for its backward, per token on a rank
+// of tensor-parallel size `tp` (the inputs of column-parallel matmuls are
+// whole, everything between the two matmuls of a block is split): the
+// norms' inputs and outputs, the attention's projections before and after
+// rotation (none in the encoder) and its output, the MLP's hidden activations.
+double llm_values_per_token(const LlmConfig& l, int tp, int cp, bool keeps_probabilities) {
+  const double h = double(l.hidden), kv = double(l.kv_heads) * double(l.hidden / l.heads), f = double(l.ffn_hidden);
+  const double gathered_kv = 2 * kv * (cp - 1);  // the other CP ranks' keys and values, kept for the backward
+  // An unfused kernel keeps each query's probabilities over every key (grouped-query heads only: the fused CPU kernel takes the rest).
+  const double probabilities = keeps_probabilities && l.kv_heads != l.heads ? double(l.heads) * double(l.seq_len) : 0;
+  return 4 * h + (3 * h + 3 * kv + gathered_kv + 4 * f + probabilities) / tp;
+}
+double encoder_values_per_patch(const EncoderConfig& e, int tp) {
+  const double h = double(e.hidden), m = double(e.mlp_hidden);
+  return 4 * h + (4 * h + 2 * m) / tp;
+}
+
+// The LLM's stage `s` on one rank: its layers' state, its activations for
+// `in_flight` micro-batches, and on the last stage the logits.
+Part llm_part(const RunConfig& c, int s, int64_t in_flight, const MemoryAssumptions& a) {
+  const LlmConfig& l = c.llm;
+  const Layout& lay = c.placement.llm;
+  const double h = double(l.hidden), vocab = double(l.vocab_size);
+  const double blocks = double(llm_parameters(l)) - 2 * vocab * h - h;  // less embedding, head, final norm
+  const StageLayers layers = stage_layers(l.layers, lay.pp, s);
+  double params = blocks * double(layers.count) / double(l.layers);
+  if (s == 0) params += vocab * h;
+  const bool last = s == lay.pp - 1;
+  if (last) params += vocab * h + h;
+  const double tokens = double(c.data.micro_batch_size) * double(l.seq_len) / lay.cp;
+  Part p;
+  p.what = "llm stage " + std::to_string(s);
+  p.state = state_bytes(params / lay.tp, true);
+  p.in_flight = in_flight;
+  p.activations = double(in_flight) * tokens * double(layers.count) *
+                  llm_values_per_token(l, lay.tp, lay.cp, a.attention_keeps_probabilities) * a.element_bytes;
+  // The logits and the loss's three copies of them (probabilities kept for
+  // the backward, the gradient and its input's), fp32, this rank's vocab shard.
+  if (last) p.transient = 4 * kFp32 * tokens * vocab / lay.tp;
+  return p;
+}
+
+// The encoder's stage `s` on one rank, for `images` images a micro-batch.
+Part encoder_part(const RunConfig& c, int s, int64_t in_flight, double images, const MemoryAssumptions& a) {
+  const EncoderConfig& e = c.encoder;
+  const Layout& lay = c.placement.encoder;
+  const double h = double(e.hidden), patches = double(e.patches_per_image());
+  const double embedding = double(e.channels * e.patch_size * e.patch_size) * h + h + patches * h;
+  const double blocks = double(encoder_parameters(e)) - embedding;
+  const StageLayers layers = stage_layers(e.layers, lay.pp, s);
+  const bool first = s == 0, last = s == lay.pp - 1;
+  Part p;
+  p.what = "encoder stage " + std::to_string(s);
+  p.state = state_bytes((blocks * double(layers.count) / double(e.layers) + (first ? embedding : 0)) / lay.tp,
+                        !e.frozen);
+  double values = patches * double(layers.count) * encoder_values_per_patch(e, lay.tp);
+  if (first) values += patches * double(e.channels * e.patch_size * e.patch_size);  // the patches themselves
+  if (last) {  // the projector, which always trains: its input, hidden and activation
+    const double llm_hidden = double(c.llm.hidden);
+    p.state += state_bytes(double(projector_parameters(e, c.llm)) / lay.tp, true);
+    values += double(e.tokens_per_image()) * (h + 2 * llm_hidden / lay.tp);
+  }
+  // A frozen encoder saves nothing below its projector: no backward runs through it.
+  if (e.frozen) values = last ? double(e.tokens_per_image()) * (h + 2 * double(c.llm.hidden) / lay.tp) : 0;
+  p.in_flight = in_flight;
+  p.activations = double(in_flight) * images * values * a.element_bytes;
+  return p;
+}
+
+// Images one encoder rank encodes in the fullest micro-batch: every sample at images_max.
+double images_per_encoder_rank(const RunConfig& c) {
+  const double per_replica = double(c.data.micro_batch_size * c.data.images_max);
+  if (c.placement.placement == Placement::Uniform) return per_replica;  // each LLM rank its own samples
+  return per_replica * c.placement.llm.dp / c.placement.encoder.dp;
+}
+
+RankMemory rank_of(const Part& a, const Part* b, int ranks, double reserved) {
+  RankMemory r;
+  r.what = b ? a.what + " + " + b->what : a.what;
+  r.ranks = ranks;
+  r.state = a.state + (b ? b->state : 0);
+  r.activations = a.activations + (b ? b->activations : 0);
+  r.transient = a.transient + (b ? b->transient : 0);
+  r.reserved = reserved;
+  r.micro_batches_in_flight = std::max(a.in_flight, b ? b->in_flight : 0);
+  return r;
+}
+
+}  // namespace
+
+MemoryAssumptions memory_assumptions(const Profile& profile) {
+  return {profile.element_bytes(), profile.reserved_bytes(), profile.attention_keeps_probabilities()};
+}
+
+std::vector<RankMemory> rank_memory(const RunConfig& c, const MemoryAssumptions& a) {
+  const double reserved = a.reserved_bytes;
+  const ModulePlacement& pl = c.placement;
+  const int64_t m = micro_batches_per_step(c);
+  const int pp = pl.llm.pp;
+  // 1F1B: stage s holds the activations of pp - s micro-batches at its peak.
+  const auto llm_in_flight = [&](int s) { return pp > 1 ? std::min<int64_t>(m, pp - s) : 1; };
+  const double images = images_per_encoder_rank(c);
+  const int llm_stage_ranks = pl.llm.size() / pp;
+  std::vector<RankMemory> out;
+  switch (pl.placement) {
+    case Placement::Uniform:  // the encoder runs inside stage 0's forwards and backwards
+      for (int s = 0; s < pp; ++s) {
+        const Part llm = llm_part(c, s, llm_in_flight(s), a);
+        if (s == 0) {
+          const Part enc = encoder_part(c, 0, llm_in_flight(0), images, a);
+          out.push_back(rank_of(enc, &llm, llm_stage_ranks, reserved));
+        } else {
+          out.push_back(rank_of(llm, nullptr, llm_stage_ranks, reserved));
+        }
+      }
+      break;
+    case Placement::Colocated: {  // every rank encodes a share; the schedule sets how many wait for their backward
+      int64_t encoded = 1;
+      if (pp > 1) {
+        encoded = c.layout.encoder_schedule == "whole_step"
+                      ? m
+                      : std::min<int64_t>(m, c.layout.encoder_in_flight > 0 ? c.layout.encoder_in_flight : pp + 1);
+      }
+      const Part enc = encoder_part(c, 0, encoded, images, a);
+      for (int s = 0; s < pp; ++s) {
+        const Part llm = llm_part(c, s, llm_in_flight(s), a);
+        out.push_back(rank_of(enc, &llm, llm_stage_ranks, reserved));
+      }
+      break;
+    }
+    case Placement::NonColocated: {
+      // The encoder's stages run 1F1B as if the LLM were run_ahead - 1 more stages.
+      const int64_t ahead = std::min<int64_t>(c.layout.run_ahead, m);
+      const int enc_pp = pl.encoder.pp;
+      for (int s = 0; s < enc_pp; ++s) {
+        const int64_t in_flight = std::min<int64_t>(m, enc_pp + ahead - 1 - s);
+        out.push_back(rank_of(encoder_part(c, s, in_flight, images, a), nullptr,
+                              pl.encoder.size() / enc_pp, reserved));
+      }
+      for (int s = 0; s < pp; ++s) {
+        out.push_back(rank_of(llm_part(c, s, llm_in_flight(s), a), nullptr, llm_stage_ranks, reserved));
+      }
+      break;
+    }
+  }
+  return out;
+}
+
+const RankMemory& fullest_rank(const std::vector<RankMemory>& ranks) {
+  if (ranks.empty()) throw std::invalid_argument("fullest_rank: no ranks");
+  return *std::max_element(ranks.begin(), ranks.end(),
+                           [](const RankMemory& a, const RankMemory& b) { return a.total() < b.total(); });
+}
+
+double all_ranks_bytes(const std::vector<RankMemory>& ranks) {
+  double sum = 0;
+  for (const RankMemory& r : ranks) sum += r.total() * r.ranks;
+  return sum;
+}
+
+}  // namespace hetpar

@@ -1,0 +1,49 @@
+// The step-time model's memory half: each rank's peak memory for a run, by
+// what holds it. Weights, gradients and AdamW moments are fp32 (16 bytes a
+// trainable parameter, 4 a frozen one) on every device and precision (the
+// trainer's mixed precision keeps fp32 weights); activations saved for the
+// backward take `element_bytes` each (4 in fp32, 2 in bf16), times the
+// micro-batches the schedule holds in flight on that rank; the logits and
+// the loss's copies of them are fp32; the reserved part is the runtime's own
+// (the process, its libraries and process group on CPU; the CUDA context and
+// communicator buffers on a GPU). What depends on the device comes from the
+// profile (MemoryAssumptions).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "config/run_config.hpp"
+#include "plan/profile.hpp"
+
+namespace hetpar {
+
+struct RankMemory {
+  std::string what;  // "llm stage 1", "encoder stage 0 + llm stage 0", ...
+  int ranks = 0;     // ranks holding this much
+  double state = 0;        // weights, gradients, optimizer moments
+  double activations = 0;  // saved for the backward, every micro-batch in flight
+  double transient = 0;    // the logits and their gradient (last LLM stage)
+  double reserved = 0;     // the runtime's own
+  int64_t micro_batches_in_flight = 0;  // the most this rank holds (its modules' largest)
+  double total() const { return state + activations + transient + reserved; }
+};
+
+struct MemoryAssumptions {
+  double element_bytes = 4;   // an activation value
+  double reserved_bytes = 0;  // a rank's runtime
+  bool attention_keeps_probabilities = false;  // unfused grouped-query attention (CPU)
+};
+MemoryAssumptions memory_assumptions(const Profile& profile);
+
+// One entry per kind of rank (a module's pipeline stage; colocated and
+// uniform ranks hold both modules), together covering every rank.
+std::vector<RankMemory> rank_memory(const RunConfig& config, const MemoryAssumptions& assumptions);
+
+// The entry with the largest total.
+const RankMemory& fullest_rank(const std::vector<RankMemory>& ranks);
+
+// Every rank's total summed (ranks that share one host's memory).
+double all_ranks_bytes(const std::vector<RankMemory>& ranks);
+
+}  // namespace hetpar

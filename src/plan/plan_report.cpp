@@ -1,0 +1,172 @@
+#include "plan/plan_report.hpp"
+
+#include <fmt/format.h>
+
+#include "metrics/model_flops.hpp"
+
+namespace hetpar {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+std::string placement_name(Placement p) { return to_string(p); }
+
+// { tp = 1, cp = 1, pp = 1, dp = 4 }
+std::string layout_toml(const Layout& l) {
+  return fmt::format("{{ tp = {}, cp = {}, pp = {}, dp = {} }}", l.tp, l.cp, l.pp, l.dp);
+}
+
+nlohmann::json layout_json(const Layout& l) { return {{"tp", l.tp}, {"cp", l.cp}, {"pp", l.pp}, {"dp", l.dp}}; }
+
+// The encoder's layout as the trainer resolves it (uniform: the LLM's, without PP).
+Layout encoder_layout(const LayoutConfig& l) {
+  if (l.placement != Placement::Uniform) return l.encoder;
+  Layout e = l.llm;
+  e.pp = 1;
+  return e;
+}
+
+nlohmann::json phases_json(const StepPhases& p) {
+  return {{"encoder_forward", p.encoder_forward},
+          {"encoder_backward", p.encoder_backward},
+          {"llm_forward", p.llm_forward},
+          {"llm_backward", p.llm_backward},
+          {"boundary", p.boundary},
+          {"pipeline_wait", p.pipeline_wait},
+          {"gradient_sync_and_optimizer", p.gradient_sync_and_optimizer},
+          {"core_wait", p.core_wait}};
+}
+
+nlohmann::json candidate_json(const PlanCandidate& c) {
+  const bool apart = c.layout.placement == Placement::NonColocated;
+  const Layout enc = encoder_layout(c.layout);
+  nlohmann::json j = {{"placement", placement_name(c.layout.placement)},
+                      {"encoder", layout_json(enc)},
+                      {"llm", layout_json(c.layout.llm)},
+                      {"encoder_devices", apart ? enc.size() : c.layout.llm.size()},
+                      {"llm_devices", c.layout.llm.size()},
+                      {"run_ahead", apart ? nlohmann::json(c.layout.run_ahead) : nlohmann::json(nullptr)},
+                      {"step_seconds", c.step.seconds},
+                      {"tokens_per_second", c.tokens_per_second},
+                      {"tflops_per_device", c.tflops_per_device},
+                      {"peak_memory_bytes", c.fullest.total()},
+                      {"memory_needed_bytes", c.memory_needed},
+                      {"fullest_rank", c.fullest.what},
+                      {"fullest_rank_bytes", {{"state", c.fullest.state},
+                                              {"activations", c.fullest.activations},
+                                              {"transient", c.fullest.transient},
+                                              {"reserved", c.fullest.reserved}}},
+                      {"critical_rank", c.step.critical},
+                      {"phases", phases_json(c.step.phases)}};
+  // At a fixed device count and batch both objectives rank alike: one speedup serves both.
+  j["speedup_tokens"] = c.speedup > 0 ? nlohmann::json(c.speedup) : nlohmann::json(nullptr);
+  j["speedup_tflops"] = j["speedup_tokens"];
+  return j;
+}
+
+std::string phases_text(const StepPhases& p) {
+  std::string text;
+  const double shown = 1e-6 * p.total();  // rounding residue of the simulation is not a phase
+  const std::pair<const char*, double> parts[] = {
+      {"enc fwd", p.encoder_forward}, {"enc bwd", p.encoder_backward}, {"llm fwd", p.llm_forward},
+      {"llm bwd", p.llm_backward},    {"boundary", p.boundary},        {"wait", p.pipeline_wait},
+      {"sync+opt", p.gradient_sync_and_optimizer}, {"core wait", p.core_wait}};
+  for (const auto& [name, seconds] : parts) {
+    if (seconds > shown) text += fmt::format("{}{} {:.3g} s", text.empty() ? "" : ", ", name, seconds);
+  }
+  return text;
+}
+
+std::string row(const std::string& rank, const PlanCandidate& c) {
+  return fmt::format("{:<6} {:<14} {:<52} {:>9.4g} {:>11.4g} {:>8.1f} {:>9.2f} {:>8}\n", rank,
+                     placement_name(c.layout.placement), layout_text(c.layout), c.step.seconds, c.tokens_per_second,
+                     c.tflops_per_device, c.fullest.total() / kGiB,
+                     c.speedup > 0 ? fmt::format("{:.3f}x", c.speedup) : "-");
+}
+
+}  // namespace
+
+std::string layout_text(const LayoutConfig& l) {
+  std::string text = "enc " + encoder_layout(l).to_string() + " / llm " + l.llm.to_string();
+  if (l.placement == Placement::NonColocated) {
+    text += fmt::format(" ({}+{} dev, ahead {})", l.encoder.size(), l.llm.size(), l.run_ahead);
+  }
+  return text;
+}
+
+std::string plan_table(const Plan& plan, const std::string& profile_origin) {
+  std::string text = fmt::format(
+      "{} valid layouts on {} devices, {} fit the memory of {}; searched in {:.2f} s; ranked by {}\n\n",
+      plan.enumerated, plan.devices, plan.fitting, profile_origin, plan.search_seconds,
+      plan.objective == PlanObjective::kTokens ? "tokens/s" : "TFLOPS/device");
+  text += fmt::format("{:<6} {:<14} {:<52} {:>9} {:>11} {:>8} {:>9} {:>8}\n", "rank", "placement", "layout",
+                      "step s", "tokens/s", "TFLOPS", "peak GiB", "speedup");
+  for (size_t i = 0; i < plan.top.size(); ++i) text += row(std::to_string(i + 1), plan.top[i]);
+  text += "\nbest of each placement (speedup over the best uniform):\n";
+  const std::pair<const char*, const std::optional<PlanCandidate>*> bests[] = {
+      {"uniform", &plan.best_uniform}, {"colocated", &plan.best_colocated}, {"non-colocated", &plan.best_non_colocated}};
+  for (const auto& [name, best] : bests) {
+    text += *best ? row("best", **best) : fmt::format("{:<6} {:<14} no valid layout fits\n", "best", name);
+  }
+  if (plan.given) text += "\nthe run file's own layout:\n" + row("given", *plan.given);
+  text += "\nwhere each step goes (the critical rank: the one that waits least):\n";
+  for (size_t i = 0; i < plan.top.size(); ++i) {
+    const PlanCandidate& c = plan.top[i];
+    text += fmt::format("{:>3}. {}: {}\n", i + 1, c.step.critical, phases_text(c.step.phases));
+  }
+  if (plan.best_uniform) {
+    text += fmt::format("  baseline: {}: {}\n", plan.best_uniform->step.critical,
+                        phases_text(plan.best_uniform->step.phases));
+  }
+  return text;
+}
+
+nlohmann::json plan_json(const Plan& plan, const RunConfig& base, const std::string& profile_origin,
+                         const std::map<std::string, std::string>& labels) {
+  const auto best = [](const std::optional<PlanCandidate>& c) { return c ? candidate_json(*c) : nlohmann::json(nullptr); };
+  nlohmann::json j = {
+      {"format", "hetpar-plan/1"},
+      {"name", base.run.name},
+      {"llm", ""},
+      {"encoder", ""},
+      {"encoder_parameters", encoder_parameters(base.encoder) + projector_parameters(base.encoder, base.llm)},
+      {"llm_parameters", llm_parameters(base.llm)},
+      {"devices", plan.devices},
+      {"profile", profile_origin},
+      {"objective", plan.objective == PlanObjective::kTokens ? "tokens" : "tflops"},
+      {"candidates", {{"enumerated", plan.enumerated}, {"fitting", plan.fitting}, {"search_seconds", plan.search_seconds}}},
+      {"best", {{"uniform", best(plan.best_uniform)}, {"colocated", best(plan.best_colocated)},
+                {"non-colocated", best(plan.best_non_colocated)}}},
+      {"given", best(plan.given)},
+      {"top", nlohmann::json::array()}};
+  for (const PlanCandidate& c : plan.top) j["top"].push_back(candidate_json(c));
+  for (const auto& [key, value] : labels) j[key] = value;
+  return j;
+}
+
+std::string plan_sweep_toml(const Plan& plan, const RunConfig& base, const std::string& base_file) {
+  const Layout baseline_llm = plan.best_uniform ? plan.best_uniform->layout.llm : base.layout.llm;
+  std::string text = fmt::format(
+      "# Written by hetpar plan: the {} best predicted layouts of {} on {} devices, and the best uniform\n"
+      "# one as the baseline. Measure them with: hetpar sweep <this file>\n"
+      "[sweep]\nname = \"plan-{}-{}\"\nbase = \"{}\"\nloss_rtol = {}\n"
+      "baseline = {{ layout = {{ placement = \"uniform\", encoder = {}, llm = {} }} }}\n\n"
+      "[[axis]]\nname = \"layout\"\n",
+      plan.top.size(), base.run.name, plan.devices, base.run.name, plan.devices, base_file,
+      computes_in_bf16(base) ? "1e-2" : "1e-5", layout_toml(Layout{}), layout_toml(baseline_llm));
+  for (size_t i = 0; i < plan.top.size(); ++i) {
+    const PlanCandidate& c = plan.top[i];
+    const LayoutConfig& l = c.layout;
+    const bool uniform = l.placement == Placement::Uniform;
+    text += fmt::format("\n# predicted {:.4g} s a step, {:.4g} tokens/s{}\n[[axis.value]]\nname = \"top{}-{}\"\n",
+                        c.step.seconds, c.tokens_per_second,
+                        c.speedup > 0 ? fmt::format(", {:.3f}x the best uniform", c.speedup) : "", i + 1,
+                        placement_name(l.placement));
+    text += fmt::format("set = {{ layout = {{ placement = \"{}\", encoder = {}, llm = {}, run_ahead = {} }} }}\n",
+                        placement_name(l.placement), layout_toml(uniform ? Layout{} : l.encoder), layout_toml(l.llm),
+                        l.run_ahead);
+  }
+  return text;
+}
+
+}  // namespace hetpar

@@ -1,0 +1,200 @@
+#include "plan/planner.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "metrics/model_flops.hpp"
+#include "plan/op_times.hpp"
+
+namespace hetpar {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+// Every (tp, cp, pp, dp) of `size` ranks, tp fastest-varying last.
+std::vector<Layout> layouts_of(int size, bool cp_allowed, bool pp_allowed) {
+  std::vector<Layout> out;
+  for (int tp = 1; tp <= size; ++tp) {
+    if (size % tp != 0) continue;
+    for (int cp = 1; cp <= size / tp; ++cp) {
+      if ((size / tp) % cp != 0 || (cp > 1 && !cp_allowed)) continue;
+      for (int pp = 1; pp <= size / tp / cp; ++pp) {
+        if ((size / tp / cp) % pp != 0 || (pp > 1 && !pp_allowed)) continue;
+        out.push_back({tp, cp, pp, size / tp / cp / pp});
+      }
+    }
+  }
+  return out;
+}
+
+// Keeps `layout` when its config is valid.
+struct Collector {
+  RunConfig scratch;
+  std::vector<LayoutConfig> kept;
+  void offer(const LayoutConfig& layout) {
+    scratch.layout = layout;
+    if (!layout_problem(scratch)) kept.push_back(layout);
+  }
+};
+
+double objective_of(const PlanCandidate& c, PlanObjective o) {
+  return o == PlanObjective::kTokens ? c.tokens_per_second : c.tflops_per_device;
+}
+
+}  // namespace
+
+PlanObjective parse_plan_objective(const std::string& name) {
+  if (name == "tokens") return PlanObjective::kTokens;
+  if (name == "tflops") return PlanObjective::kTflops;
+  throw std::invalid_argument("unknown objective \"" + name + "\" (choose tokens or tflops)");
+}
+
+RunConfig with_layout(const RunConfig& base, const LayoutConfig& layout) {
+  RunConfig c = base;
+  c.layout = layout;
+  if (const auto problem = layout_problem(c)) {
+    throw std::invalid_argument("layout: " + problem->keys.front() + " " + problem->reason);
+  }
+  return c;
+}
+
+std::vector<LayoutConfig> enumerate_layouts(const RunConfig& base, int devices, int extra_run_ahead) {
+  if (devices < 1) throw std::invalid_argument("--devices must be at least 1, got " + std::to_string(devices));
+  Collector collect{base, {}};
+  LayoutConfig layout = base.layout;
+  // Uniform: the encoder takes the LLM's layout.
+  layout.placement = Placement::Uniform;
+  layout.encoder = Layout{};
+  for (const Layout& llm : layouts_of(devices, true, true)) {
+    layout.llm = llm;
+    collect.offer(layout);
+  }
+  // Colocated: the encoder on the same devices, with its own TP and DP.
+  layout.placement = Placement::Colocated;
+  const std::vector<Layout> llm_all = layouts_of(devices, true, true);
+  for (const Layout& encoder : layouts_of(devices, false, false)) {
+    for (const Layout& llm : llm_all) {
+      layout.encoder = encoder;
+      layout.llm = llm;
+      collect.offer(layout);
+    }
+  }
+  // Non-colocated: every split, the encoder's devices first.
+  layout.placement = Placement::NonColocated;
+  for (int encoder_devices = 1; encoder_devices < devices; ++encoder_devices) {
+    const std::vector<Layout> llms = layouts_of(devices - encoder_devices, true, true);
+    for (const Layout& encoder : layouts_of(encoder_devices, false, true)) {
+      for (const Layout& llm : llms) {
+        layout.encoder = encoder;
+        layout.llm = llm;
+        const int64_t micro_batches = base.data.global_batch_size / (base.data.micro_batch_size * llm.dp);
+        const int64_t least = std::max(1, llm.pp);
+        for (int64_t ahead = least; ahead <= least + extra_run_ahead; ++ahead) {
+          if (ahead > least && ahead > micro_batches) break;  // runs as micro_batches would
+          layout.run_ahead = ahead;
+          collect.offer(layout);
+        }
+      }
+    }
+  }
+  return collect.kept;
+}
+
+Plan plan_layouts(const RunConfig& base, const Profile& profile, const PlanOptions& options) {
+  const auto started = std::chrono::steady_clock::now();
+  if (options.top < 1) throw std::invalid_argument("--top must be at least 1, got " + std::to_string(options.top));
+  const std::vector<LayoutConfig> layouts = enumerate_layouts(base, options.devices, options.extra_run_ahead);
+  if (layouts.empty()) {
+    // Unreachable from a valid run file on 2 or more devices (an encoder of
+    // dp N - 1 beside a one-rank LLM is always valid); kept for the message.
+    throw std::invalid_argument("no layout of this model is valid on " + std::to_string(options.devices) + " devices");
+  }
+  Plan plan;
+  plan.devices = options.devices;
+  plan.objective = options.objective;
+  plan.enumerated = static_cast<int64_t>(layouts.size());
+  const double tokens_per_step = double(base.data.global_batch_size) * double(base.llm.seq_len);
+  RunConfig c = base;
+  // `c` with `layout` in place (valid: enumerate_layouts checked it), and its memory.
+  const auto place = [&](const LayoutConfig& layout, PlanCandidate& candidate) {
+    c.layout = layout;
+    c.placement = resolve_placement(layout.placement, layout.encoder, layout.llm);
+    candidate.layout = layout;
+    const std::vector<RankMemory> ranks = rank_memory(c, memory_assumptions(profile));
+    candidate.fullest = fullest_rank(ranks);
+    candidate.memory_needed = profile.memory_shared_by_all_ranks() ? all_ranks_bytes(ranks) : candidate.fullest.total();
+  };
+  const auto predict = [&](PlanCandidate& candidate, const OpEstimate& ops) {
+    candidate.step = predict_step(c, ops, profile);
+    candidate.tokens_per_second = tokens_per_step / candidate.step.seconds;
+    candidate.tflops_per_device =
+        step_flops(c, static_cast<int64_t>(expected_images_per_step(c) + 0.5)).total() / candidate.step.seconds /
+        options.devices / 1e12;
+  };
+  // Every candidate that fits, with a lower bound of its step (no simulation yet).
+  struct Bounded {
+    size_t layout;
+    double bound;
+  };
+  std::vector<Bounded> fitting;
+  double least_memory = -1;
+  for (size_t i = 0; i < layouts.size(); ++i) {
+    PlanCandidate candidate;
+    place(layouts[i], candidate);
+    if (least_memory < 0 || candidate.memory_needed < least_memory) least_memory = candidate.memory_needed;
+    if (profile.memory_bytes() > 0 && candidate.memory_needed > profile.memory_bytes()) continue;
+    fitting.push_back({i, step_lower_bound(c, estimate_ops(c, profile), profile)});
+  }
+  plan.fitting = static_cast<int64_t>(fitting.size());
+  if (fitting.empty()) {
+    throw std::invalid_argument(fmt::format(
+        "none of the {} valid layouts on {} devices fits the profile's memory ({:.3g} GiB{}); the least any needs is "
+        "{:.3g} GiB",
+        plan.enumerated, options.devices, profile.memory_bytes() / kGiB,
+        profile.memory_shared_by_all_ranks() ? " shared by all ranks" : " a device", least_memory / kGiB));
+  }
+  // Simulated in the order of their bounds: one whose bound is no better than
+  // the K-th best step and its placement's best can join neither, and is skipped.
+  // Both objectives rank by step time: the devices and the work of a step are the same for every candidate.
+  std::stable_sort(fitting.begin(), fitting.end(), [](const Bounded& a, const Bounded& b) { return a.bound < b.bound; });
+  const size_t top = static_cast<size_t>(options.top);
+  for (const Bounded& f : fitting) {
+    const LayoutConfig& layout = layouts[f.layout];
+    std::optional<PlanCandidate>& best = layout.placement == Placement::Uniform     ? plan.best_uniform
+                                         : layout.placement == Placement::Colocated ? plan.best_colocated
+                                                                                    : plan.best_non_colocated;
+    const bool may_top = plan.top.size() < top || f.bound < plan.top.back().step.seconds;
+    const bool may_best = !best || f.bound < best->step.seconds;
+    if (!options.exhaustive && !may_top && !may_best) continue;
+    PlanCandidate candidate;
+    place(layout, candidate);
+    predict(candidate, estimate_ops(c, profile));
+    // Equal steps keep the order they were simulated in.
+    const auto later = [&](const PlanCandidate& other) { return candidate.step.seconds < other.step.seconds; };
+    if (!best || later(*best)) best = candidate;
+    const auto at = std::find_if(plan.top.begin(), plan.top.end(), later);
+    if (static_cast<size_t>(at - plan.top.begin()) < top) {
+      plan.top.insert(at, candidate);
+      if (plan.top.size() > top) plan.top.pop_back();
+    }
+  }
+  if (base.placement.world_size == options.devices) {
+    plan.given.emplace();
+    place(base.layout, *plan.given);
+    predict(*plan.given, estimate_ops(c, profile));
+  }
+  const double baseline = plan.best_uniform ? objective_of(*plan.best_uniform, options.objective) : 0;
+  for (auto* best : {&plan.best_uniform, &plan.best_colocated, &plan.best_non_colocated, &plan.given}) {
+    if (*best && baseline > 0) (*best)->speedup = objective_of(**best, options.objective) / baseline;
+  }
+  for (PlanCandidate& t : plan.top) {
+    if (baseline > 0) t.speedup = objective_of(t, options.objective) / baseline;
+  }
+  plan.search_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return plan;
+}
+
+}  // namespace hetpar

@@ -1,0 +1,90 @@
+// The memory model against hand counts: state is 16 bytes a trainable
+// parameter split by TP and PP, activations scale with the micro-batches a
+// schedule holds in flight (1F1B's pp - stage, non-colocated run-ahead,
+// colocated whole_step holding every micro-batch's encoder work).
+#include <gtest/gtest.h>
+
+#include "metrics/model_flops.hpp"
+#include "plan/memory_model.hpp"
+
+namespace hetpar {
+namespace {
+
+const std::string kTiny = HETPAR_SOURCE_DIR "/workloads/tiny.toml";
+
+RunConfig tiny(std::vector<std::string> sets) {
+  sets.insert(sets.begin(), {"data.global_batch_size=8", "data.micro_batch_size=1", "llm.layers=4"});
+  return load_run_config(kTiny, sets);
+}
+
+TEST(MemoryModel, OneRankHoldsEveryParameterSixteenTimes) {
+  const RunConfig c = tiny({});
+  const std::vector<RankMemory> ranks = rank_memory(c, MemoryAssumptions{4, 1000});
+  ASSERT_EQ(ranks.size(), 1u);
+  const double parameters = double(llm_parameters(c.llm) + encoder_parameters(c.encoder) +
+                                   projector_parameters(c.encoder, c.llm));
+  EXPECT_NEAR(ranks[0].state, 16 * parameters, 1e-9 * parameters);
+  EXPECT_EQ(ranks[0].reserved, 1000);
+  EXPECT_EQ(ranks[0].micro_batches_in_flight, 1);
+  // The logits and the loss's three copies: 4 fp32 values per token and vocabulary entry.
+  EXPECT_DOUBLE_EQ(ranks[0].transient, 4.0 * 4 * 128 * 512);
+  EXPECT_DOUBLE_EQ(all_ranks_bytes(ranks), ranks[0].total());
+}
+
+TEST(MemoryModel, TensorParallelismSplitsTheStateAndBf16HalvesActivations) {
+  const RankMemory one = rank_memory(tiny({}), MemoryAssumptions{4, 0})[0];
+  const RankMemory tp2 = rank_memory(tiny({"layout.llm.tp=2"}), MemoryAssumptions{4, 0})[0];
+  EXPECT_NEAR(tp2.state, one.state / 2, 1e-9 * one.state);  // uniform: the encoder takes tp 2 too
+  EXPECT_LT(tp2.activations, one.activations);
+  EXPECT_DOUBLE_EQ(tp2.transient, one.transient / 2);
+  const RankMemory bf16 = rank_memory(tiny({}), MemoryAssumptions{2, 0})[0];
+  EXPECT_DOUBLE_EQ(bf16.activations, one.activations / 2);
+  EXPECT_DOUBLE_EQ(bf16.state, one.state);  // fp32 weights, gradients, moments on every precision
+}
+
+TEST(MemoryModel, UnfusedGroupedQueryAttentionKeepsItsProbabilities) {
+  const RunConfig c = tiny({});  // 4 query heads over 2 kv heads, 128 tokens, 4 layers, micro-batch 1
+  const RankMemory fused = rank_memory(c, MemoryAssumptions{4, 0, false})[0];
+  const RankMemory unfused = rank_memory(c, MemoryAssumptions{4, 0, true})[0];
+  EXPECT_DOUBLE_EQ(unfused.activations - fused.activations, 4.0 * 128 * 4 * (4 * 128));  // bytes x tokens x layers x (heads x keys)
+  // Without grouped-query heads the fused kernel runs: nothing more is kept.
+  const RunConfig mha = tiny({"llm.kv_heads=4"});
+  EXPECT_DOUBLE_EQ(rank_memory(mha, MemoryAssumptions{4, 0, true})[0].activations,
+                   rank_memory(mha, MemoryAssumptions{4, 0, false})[0].activations);
+}
+
+TEST(MemoryModel, OneFOneBHoldsPpMinusStageMicroBatches) {
+  const std::vector<RankMemory> ranks = rank_memory(tiny({"layout.llm.pp=4"}), MemoryAssumptions{4, 0});
+  ASSERT_EQ(ranks.size(), 4u);
+  for (int s = 0; s < 4; ++s) EXPECT_EQ(ranks[s].micro_batches_in_flight, 4 - s) << s;
+  EXPECT_EQ(ranks[0].what, "encoder stage 0 + llm stage 0");
+  EXPECT_EQ(ranks[1].what, "llm stage 1");
+  // Equal layers per stage: a middle stage's activations are its micro-batches' share.
+  EXPECT_DOUBLE_EQ(ranks[1].activations / 3, ranks[2].activations / 2);
+  EXPECT_GT(ranks[3].transient, 0);
+  EXPECT_EQ(ranks[0].transient, 0);
+}
+
+TEST(MemoryModel, TheScheduleSetsHowManyMicroBatchesOfEncoderWorkWait) {
+  const auto encoder_activations = [](std::vector<std::string> sets) {
+    return rank_memory(tiny(sets), MemoryAssumptions{4, 0})[0];
+  };
+  const std::vector<std::string> coloc = {"layout.placement=\"colocated\"", "layout.llm.pp=2", "layout.encoder.dp=2"};
+  auto whole = coloc, fill = coloc;
+  whole.push_back("layout.encoder_schedule=\"whole_step\"");
+  fill.push_back("layout.encoder_in_flight=3");
+  EXPECT_EQ(encoder_activations(whole).micro_batches_in_flight, 8);  // every micro-batch encoded first
+  EXPECT_EQ(encoder_activations(fill).micro_batches_in_flight, 3);
+  EXPECT_GT(encoder_activations(whole).activations, encoder_activations(fill).activations);
+  // Non-colocated: the encoder holds run_ahead micro-batches.
+  const std::vector<RankMemory> apart = rank_memory(
+      tiny({"layout.placement=\"non-colocated\"", "layout.encoder.dp=1", "layout.run_ahead=3"}), MemoryAssumptions{4, 0});
+  ASSERT_EQ(apart.size(), 2u);
+  EXPECT_EQ(apart[0].what, "encoder stage 0");
+  EXPECT_EQ(apart[0].micro_batches_in_flight, 3);
+  EXPECT_EQ(apart[1].micro_batches_in_flight, 1);
+  EXPECT_GT(apart[1].state, apart[0].state);  // the LLM holds more parameters than the encoder here
+}
+
+}  // namespace
+}  // namespace hetpar

@@ -1,0 +1,242 @@
+// The planner: its enumeration against a brute-force list (every layout
+// tuple of each module through the run-file loader, the same rules a user's
+// file meets), its ranking and baseline, its errors, and the sweep it writes
+// loading as a sweep.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "config/config_error.hpp"
+#include "plan/op_times.hpp"
+#include "plan/plan_report.hpp"
+#include "plan/planner.hpp"
+#include "sweep/sweep_spec.hpp"
+#include "tests/flat_profile.hpp"
+
+namespace hetpar {
+namespace {
+
+const std::string kTiny = HETPAR_SOURCE_DIR "/workloads/tiny.toml";
+
+RunConfig tiny(const std::vector<std::string>& sets = {}) {
+  std::vector<std::string> all = {"data.global_batch_size=8", "data.micro_batch_size=1", "llm.layers=4"};
+  all.insert(all.end(), sets.begin(), sets.end());
+  return load_run_config(kTiny, all);
+}
+
+std::string key(const LayoutConfig& l) {
+  return to_string(l.placement) + " " + l.encoder.to_string() + " " + l.llm.to_string() + " ahead " +
+         std::to_string(l.placement == Placement::NonColocated ? l.run_ahead : 0);
+}
+
+std::string tuple(const Layout& l) {
+  return "{ tp = " + std::to_string(l.tp) + ", cp = " + std::to_string(l.cp) + ", pp = " + std::to_string(l.pp) +
+         ", dp = " + std::to_string(l.dp) + " }";
+}
+
+// Every (tp, cp, pp, dp) in [1, n]^4 whose product is n.
+std::vector<Layout> all_tuples(int n) {
+  std::vector<Layout> out;
+  for (int tp = 1; tp <= n; ++tp)
+    for (int cp = 1; cp <= n; ++cp)
+      for (int pp = 1; pp <= n; ++pp)
+        for (int dp = 1; dp <= n; ++dp)
+          if (tp * cp * pp * dp == n) out.push_back({tp, cp, pp, dp});
+  return out;
+}
+
+// The layouts the run-file loader and the trainer's support check accept, by brute force.
+std::set<std::string> brute_force(int devices, const std::vector<std::string>& sets) {
+  std::set<std::string> valid;
+  const auto offer = [&](const std::string& placement, const Layout* encoder, const Layout& llm, int64_t ahead) {
+    std::vector<std::string> o = {"data.global_batch_size=8", "data.micro_batch_size=1", "llm.layers=4"};
+    o.insert(o.end(), sets.begin(), sets.end());
+    o.push_back("layout.placement=\"" + placement + "\"");
+    if (encoder) o.push_back("layout.encoder=" + tuple(*encoder));
+    o.push_back("layout.llm=" + tuple(llm));
+    o.push_back("layout.run_ahead=" + std::to_string(ahead));
+    try {
+      const RunConfig c = load_run_config(kTiny, o);
+      check_trainer_supports(c);
+      valid.insert(key(c.layout));
+    } catch (const ConfigError&) {
+    }
+  };
+  for (const Layout& llm : all_tuples(devices)) {
+    offer("uniform", nullptr, llm, 2);
+    for (const Layout& enc : all_tuples(devices)) offer("colocated", &enc, llm, 2);
+  }
+  for (int e = 1; e < devices; ++e) {
+    for (const Layout& enc : all_tuples(e)) {
+      for (const Layout& llm : all_tuples(devices - e)) {
+        for (int64_t ahead = 1; ahead <= 12; ++ahead) offer("non-colocated", &enc, llm, ahead);
+      }
+    }
+  }
+  return valid;
+}
+
+TEST(Planner, EnumeratesWhatABruteForceSearchFinds) {
+  for (const auto& sets : {std::vector<std::string>{}, std::vector<std::string>{"llm.seq_len=132", "llm.kv_heads=4"}}) {
+    for (int devices : {1, 2, 3, 4, 6}) {
+      RunConfig base = load_run_config(kTiny, [&] {
+        std::vector<std::string> all = {"data.global_batch_size=8", "data.micro_batch_size=1", "llm.layers=4"};
+        all.insert(all.end(), sets.begin(), sets.end());
+        return all;
+      }());
+      const std::vector<LayoutConfig> planned = enumerate_layouts(base, devices, 2);
+      std::set<std::string> found;
+      for (const LayoutConfig& l : planned) EXPECT_TRUE(found.insert(key(l)).second) << "listed twice: " << key(l);
+      const std::set<std::string> valid = brute_force(devices, sets);
+      // Every planned layout is valid; every valid one is planned, run-ahead
+      // aside: the planner tries the least (the LLM's pp) to 2 more.
+      std::set<std::string> valid_planned_range;
+      for (const LayoutConfig& l : planned) EXPECT_TRUE(valid.count(key(l))) << "not valid: " << key(l);
+      for (const std::string& v : valid) {
+        const size_t at = v.rfind(" ahead ");
+        const std::string placement_and_layouts = v.substr(0, at);
+        bool listed = false;
+        for (const std::string& f : found) listed = listed || f.rfind(placement_and_layouts + " ahead ", 0) == 0;
+        EXPECT_TRUE(listed) << devices << " devices: the brute force finds " << v << ", the planner does not";
+      }
+      EXPECT_FALSE(planned.empty() && !valid.empty());
+      SCOPED_TRACE(devices);
+    }
+  }
+}
+
+TEST(Planner, TriesRunAheadFromTheLeastTheLlmNeeds) {
+  const RunConfig base = tiny();
+  for (const LayoutConfig& l : enumerate_layouts(base, 4, 2)) {
+    if (l.placement != Placement::NonColocated) continue;
+    const int64_t least = l.llm.pp;
+    const int64_t micro_batches = 8 / l.llm.dp;
+    EXPECT_GE(l.run_ahead, least) << key(l);
+    EXPECT_LE(l.run_ahead, std::max(least, std::min(least + 2, micro_batches))) << key(l);
+  }
+}
+
+// The tiny model planned on `devices` by the flat profile.
+Plan flat_plan(int devices, int top) {
+  PlanOptions options;
+  options.devices = devices;
+  options.top = top;
+  return plan_layouts(tiny(), Profile::from_json(flat_profile(1e9, 64), "flat"), options);
+}
+
+TEST(Planner, RanksByPredictedThroughputBesideTheBestUniform) {
+  const RunConfig base = tiny();
+  const Profile profile = Profile::from_json(flat_profile(1e9, 64), "flat");
+  const Plan plan = flat_plan(4, 3);
+  ASSERT_EQ(plan.top.size(), 3u);
+  EXPECT_GT(plan.enumerated, 20);
+  EXPECT_EQ(plan.fitting, plan.enumerated);  // the flat profile states no memory: nothing is dropped
+  for (size_t i = 1; i < plan.top.size(); ++i) EXPECT_GE(plan.top[i - 1].tokens_per_second, plan.top[i].tokens_per_second);
+  ASSERT_TRUE(plan.best_uniform && plan.best_colocated && plan.best_non_colocated);
+  EXPECT_DOUBLE_EQ(plan.best_uniform->speedup, 1.0);
+  EXPECT_GE(plan.top[0].speedup, 1.0);
+  const PlanCandidate& best = plan.top[0];
+  EXPECT_NEAR(best.tokens_per_second, 8.0 * 128 / best.step.seconds, 1e-9 * best.tokens_per_second);
+  // The critical rank's phases add up to the step.
+  EXPECT_NEAR(best.step.phases.total(), best.step.seconds, 1e-9 * best.step.seconds);
+  // The same candidate predicted on its own gives the same step.
+  EXPECT_DOUBLE_EQ(predict_step_seconds(with_layout(base, best.layout), profile), best.step.seconds);
+}
+
+// Skipping candidates by their lower bound must not change the answer.
+TEST(Planner, PruningByTheLowerBoundFindsWhatSimulatingEveryCandidateFinds) {
+  const Profile gpu = Profile::load(HETPAR_SOURCE_DIR "/profiles/h100_dgx.json");
+  const Profile cpu = Profile::from_json(flat_profile(1e9, 2), "flat");
+  for (const Profile* profile : {&gpu, &cpu}) {
+    for (int devices : {4, 6, 8}) {
+      PlanOptions options;
+      options.devices = devices;
+      options.top = 4;
+      const Plan pruned = plan_layouts(tiny(), *profile, options);
+      options.exhaustive = true;
+      const Plan all = plan_layouts(tiny(), *profile, options);
+      ASSERT_EQ(pruned.top.size(), all.top.size());
+      for (size_t i = 0; i < all.top.size(); ++i) {
+        EXPECT_DOUBLE_EQ(pruned.top[i].step.seconds, all.top[i].step.seconds) << devices << " devices, rank " << i;
+      }
+      for (auto best : {&Plan::best_uniform, &Plan::best_colocated, &Plan::best_non_colocated}) {
+        ASSERT_EQ((pruned.*best).has_value(), (all.*best).has_value());
+        if ((all.*best)) EXPECT_EQ(key((pruned.*best)->layout), key((all.*best)->layout)) << devices << " devices";
+      }
+    }
+  }
+}
+
+TEST(Planner, DropsWhatDoesNotFitAndSaysWhenNothingDoes) {
+  const RunConfig base = tiny();
+  nlohmann::json j = flat_profile(1e9, 64);
+  j["memory"] = {{"bytes_per_device", 1e12}, {"reserved_bytes", 0}};
+  PlanOptions options;
+  options.devices = 4;
+  const Plan roomy = plan_layouts(base, Profile::from_json(j, "roomy"), options);
+  EXPECT_EQ(roomy.fitting, roomy.enumerated);
+  // Between the least and the most any candidate needs: some fit, some do not.
+  double least = 1e300, most = 0;
+  for (const LayoutConfig& l : enumerate_layouts(base, 4, 2)) {
+    const double need = fullest_rank(rank_memory(with_layout(base, l), MemoryAssumptions{4, 0})).total();
+    least = std::min(least, need);
+    most = std::max(most, need);
+  }
+  j["memory"]["bytes_per_device"] = (least + most) / 2;
+  const Plan tight = plan_layouts(base, Profile::from_json(j, "tight"), options);
+  EXPECT_GT(tight.fitting, 0);
+  EXPECT_LT(tight.fitting, tight.enumerated);
+  for (const PlanCandidate& c : tight.top) EXPECT_LE(c.memory_needed, (least + most) / 2);
+  j["memory"]["bytes_per_device"] = least / 2;
+  try {
+    plan_layouts(base, Profile::from_json(j, "small"), options);
+    ADD_FAILURE() << "expected no candidate to fit";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("fits the profile's memory"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Planner, RefusesOptionsOutOfRange) {
+  const RunConfig base = tiny();
+  const Profile profile = Profile::from_json(flat_profile(1e9, 64), "flat");
+  PlanOptions options;
+  options.devices = 0;
+  EXPECT_THROW(plan_layouts(base, profile, options), std::invalid_argument);
+  options.devices = 4;
+  options.top = 0;
+  EXPECT_THROW(plan_layouts(base, profile, options), std::invalid_argument);
+  EXPECT_THROW(parse_plan_objective("throughput"), std::invalid_argument);
+}
+
+TEST(Planner, WritesASweepThatMeasuresTheTopAgainstTheBestUniform) {
+  const RunConfig base = tiny();
+  const Plan plan = flat_plan(4, 4);
+  const std::string dir = ::testing::TempDir() + "/plan_sweep_" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/base.toml") << to_toml(base);
+  std::ofstream(dir + "/sweep.toml") << plan_sweep_toml(plan, base, "base.toml");
+  const SweepSpec spec = load_sweep_spec(dir + "/sweep.toml");
+  const std::vector<SweepRun> runs = expand_sweep(spec, {});
+  int points = 0, baselines = 0;
+  for (const SweepRun& run : runs) {
+    ASSERT_TRUE(run.config) << run.label << ": " << run.invalid_reason;
+    if (run.is_baseline) {
+      ++baselines;
+      EXPECT_EQ(run.config->layout.placement, Placement::Uniform);
+      EXPECT_EQ(run.config->layout.llm, plan.best_uniform->layout.llm);
+    } else {
+      EXPECT_EQ(key(run.config->layout), key(plan.top[points].layout)) << run.label;
+      ++points;
+    }
+  }
+  EXPECT_EQ(points, 4);
+  EXPECT_EQ(baselines, 1);  // one baseline shared by every point
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace hetpar
