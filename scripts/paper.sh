@@ -12,7 +12,9 @@ hetpar=$1 python=$2 out=$3
 profile=${4:-profiles/h100_dgx.json}
 repo=$(cd "$(dirname "$0")/.." && pwd)
 llms=(llama3_8b llama3_70b)
-encoders=(vit_l14_336 siglip_so400m internvit_6b)
+# InternViT-6B with 32 heads (workloads/encoders/vit_6b_h32.toml): with its own 25 no uniform
+# baseline exists to compare with.
+encoders=(vit_l14_336 siglip_so400m vit_6b_h32)
 sizes=(8 16 32 64 128 256 512 1024)
 
 mkdir -p "$out/runs" "$out/plans"

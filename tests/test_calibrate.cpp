@@ -33,7 +33,10 @@ TEST(Calibrate, QuickProfileHasEverySection) {
   EXPECT_EQ(p["measured"]["ranks"], 4);
   ASSERT_EQ(p["gemm"].size(), 8u);  // {64, 256}^3
   for (const auto& g : p["gemm"]) EXPECT_TRUE(positive(g["flops_per_second"])) << g;
-  ASSERT_EQ(p["attention"].size(), 4u);
+  ASSERT_EQ(p["attention"].size(), 6u);  // 2 sequences x (causal, bidirectional, causal grouped-query)
+  int grouped = 0;
+  for (const auto& a : p["attention"]) grouped += a["kv_heads"] != a["heads"];
+  EXPECT_EQ(grouped, 2);
   for (const auto& a : p["attention"]) {
     EXPECT_TRUE(positive(a["forward_seconds"])) << a;
     EXPECT_GE(a["backward_seconds"].get<double>(), 0.0) << a;

@@ -59,27 +59,35 @@ nlohmann::json measure_gemm(const CalibrationOptions& o) {
 nlohmann::json measure_attention(const CalibrationOptions& o) {
   nlohmann::json out = nlohmann::json::array();
   constexpr int64_t kHeads = 4;
-  for (int64_t seq : sizes(o.quick, {64, 256}, {128, 512, 1024})) {
+  // The trainer's two calls: all heads their own keys (the encoder; a fused
+  // kernel on CPU), and grouped-query heads, two to a key head (the LLM; on
+  // CPU an unfused path, much slower at the same FLOPs). Sequences from an
+  // image's patches to a long text.
+  const auto measure = [&](int64_t seq, int64_t d, bool causal, int64_t kv_heads) {
+    const at::Tensor q = at::randn({1, kHeads, seq, d}).requires_grad_();
+    const at::Tensor k = at::randn({1, kv_heads, seq, d}).requires_grad_();
+    const at::Tensor v = at::randn({1, kv_heads, seq, d}).requires_grad_();
+    const at::Tensor grad = at::randn({1, kHeads, seq, d});
+    const bool grouped = kv_heads != kHeads;
+    const auto call = [&] { return at::scaled_dot_product_attention(q, k, v, {}, 0.0, causal, std::nullopt, grouped); };
+    const double forward = seconds_per_call(
+        [&] {
+          at::NoGradGuard no_grad;
+          call();
+        },
+        o.seconds_per_point);
+    const double both = seconds_per_call([&] { call().backward(grad); }, o.seconds_per_point);
+    // Q K^T and P V: 2 matmuls of seq x seq x d per head, halved when causal.
+    const double flops = 4.0 * kHeads * seq * seq * d * (causal ? 0.5 : 1.0);
+    out.push_back({{"batch", 1}, {"heads", kHeads}, {"kv_heads", kv_heads}, {"seq", seq}, {"head_dim", d},
+                   {"causal", causal}, {"forward_seconds", forward},
+                   {"backward_seconds", std::max(both - forward, 0.0)},
+                   {"forward_flops_per_second", flops / forward}});
+  };
+  for (int64_t seq : sizes(o.quick, {64, 256}, {64, 128, 512, 1024})) {
     for (int64_t d : sizes(o.quick, {32}, {32, 64, 128})) {
-      for (bool causal : {true, false}) {
-        const at::Tensor q = at::randn({1, kHeads, seq, d}).requires_grad_(), k = at::randn({1, kHeads, seq, d}).requires_grad_(),
-                         v = at::randn({1, kHeads, seq, d}).requires_grad_();
-        const at::Tensor grad = at::randn({1, kHeads, seq, d});
-        at::Tensor y;
-        const double forward = seconds_per_call(
-            [&] {
-              at::NoGradGuard no_grad;
-              y = at::scaled_dot_product_attention(q, k, v, {}, 0.0, causal);
-            },
-            o.seconds_per_point);
-        const double both = seconds_per_call(
-            [&] { at::scaled_dot_product_attention(q, k, v, {}, 0.0, causal).backward(grad); }, o.seconds_per_point);
-        // Q K^T and P V: 2 matmuls of seq x seq x d per head, halved when causal.
-        const double flops = 4.0 * kHeads * seq * seq * d * (causal ? 0.5 : 1.0);
-        out.push_back({{"batch", 1}, {"heads", kHeads}, {"seq", seq}, {"head_dim", d}, {"causal", causal},
-                       {"forward_seconds", forward}, {"backward_seconds", std::max(both - forward, 0.0)},
-                       {"forward_flops_per_second", flops / forward}});
-      }
+      for (bool causal : {true, false}) measure(seq, d, causal, kHeads);
+      measure(seq, d, true, kHeads / 2);
     }
   }
   return out;

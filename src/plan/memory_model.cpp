@@ -28,7 +28,8 @@ struct Part {
 double llm_values_per_token(const LlmConfig& l, int tp, int cp, bool keeps_probabilities) {
   const double h = double(l.hidden), kv = double(l.kv_heads) * double(l.hidden / l.heads), f = double(l.ffn_hidden);
   const double gathered_kv = 2 * kv * (cp - 1);  // the other CP ranks' keys and values, kept for the backward
-  // An unfused kernel keeps each query's probabilities over every key (grouped-query heads only: the fused CPU kernel takes the rest).
+  // An unfused kernel keeps each query's probabilities over every key
+  // (grouped-query heads only: the CPU's fused kernel takes the rest).
   const double probabilities = keeps_probabilities && l.kv_heads != l.heads ? double(l.heads) * double(l.seq_len) : 0;
   return 4 * h + (3 * h + 3 * kv + gathered_kv + 4 * f + probabilities) / tp;
 }

@@ -70,8 +70,9 @@ RankCost layer_cost(const Profile& p, const LayerShape& l) {
   c.compute += matmul(p, l.tokens, l.mlp / l.tp, l.hidden) * (l.gated ? 2 : 1);
   c.compute += matmul(p, l.tokens, l.hidden, l.mlp / l.tp);
   const double pairs = l.sequences * l.heads / l.tp;
-  c.compute += Cost{p.attention_seconds(pairs, l.seq, l.head_dim, l.causal, false),
-                    p.attention_seconds(pairs, l.seq, l.head_dim, l.causal, true)} *
+  const bool grouped = l.kv_heads != l.heads;
+  c.compute += Cost{p.attention_seconds(pairs, l.seq, l.head_dim, l.causal, false, grouped),
+                    p.attention_seconds(pairs, l.seq, l.head_dim, l.causal, true, grouped)} *
                (1.0 / l.cp);
   c.compute += memory(p, l.norm, l.tokens * l.hidden) * 2;
   c.compute += memory(p, l.activation, l.tokens * l.mlp / l.tp * (l.gated ? 2 : 1));
@@ -116,7 +117,8 @@ OpEstimate estimate_ops(const RunConfig& c, const Profile& p) {
   const double tokens = static_cast<double>(c.data.micro_batch_size * llm.seq_len) / pl.llm.cp;
   const LayerShape llm_layer{tokens, double(llm.hidden), double(llm.heads), double(llm.kv_heads),
                              double(llm.hidden / llm.heads), double(llm.ffn_hidden), pl.llm.tp, pl.llm.cp,
-                             members_per_node(p, llm_first, 1, pl.llm.tp), members_per_node(p, llm_first, pl.llm.tp, pl.llm.cp),
+                             members_per_node(p, llm_first, 1, pl.llm.tp),
+                             members_per_node(p, llm_first, pl.llm.tp, pl.llm.cp),
                              true, true,
                              double(c.data.micro_batch_size), double(llm.seq_len), "rms_norm", "gelu"};
   const RankCost layer = layer_cost(p, llm_layer);

@@ -61,6 +61,8 @@ nlohmann::json candidate_json(const PlanCandidate& c) {
   // At a fixed device count and batch both objectives rank alike: one speedup serves both.
   j["speedup_tokens"] = c.speedup > 0 ? nlohmann::json(c.speedup) : nlohmann::json(nullptr);
   j["speedup_tflops"] = j["speedup_tokens"];
+  j["speedup_over_llm_centric"] =
+      c.speedup_over_llm_centric > 0 ? nlohmann::json(c.speedup_over_llm_centric) : nlohmann::json(nullptr);
   return j;
 }
 
@@ -77,11 +79,13 @@ std::string phases_text(const StepPhases& p) {
   return text;
 }
 
+std::string ratio(double r) { return r > 0 ? fmt::format("{:.3f}x", r) : "-"; }
+
 std::string row(const std::string& rank, const PlanCandidate& c) {
-  return fmt::format("{:<6} {:<14} {:<52} {:>9.4g} {:>11.4g} {:>8.1f} {:>9.2f} {:>8}\n", rank,
+  return fmt::format("{:<6} {:<14} {:<52} {:>9.4g} {:>11.4g} {:>8.1f} {:>9.2f} {:>8} {:>8}\n", rank,
                      placement_name(c.layout.placement), layout_text(c.layout), c.step.seconds, c.tokens_per_second,
-                     c.tflops_per_device, c.fullest.total() / kGiB,
-                     c.speedup > 0 ? fmt::format("{:.3f}x", c.speedup) : "-");
+                     c.tflops_per_device, c.fullest.total() / kGiB, ratio(c.speedup),
+                     ratio(c.speedup_over_llm_centric));
 }
 
 }  // namespace
@@ -99,15 +103,19 @@ std::string plan_table(const Plan& plan, const std::string& profile_origin) {
       "{} valid layouts on {} devices, {} fit the memory of {}; searched in {:.2f} s; ranked by {}\n\n",
       plan.enumerated, plan.devices, plan.fitting, profile_origin, plan.search_seconds,
       plan.objective == PlanObjective::kTokens ? "tokens/s" : "TFLOPS/device");
-  text += fmt::format("{:<6} {:<14} {:<52} {:>9} {:>11} {:>8} {:>9} {:>8}\n", "rank", "placement", "layout",
-                      "step s", "tokens/s", "TFLOPS", "peak GiB", "speedup");
+  text += fmt::format("{:<6} {:<14} {:<52} {:>9} {:>11} {:>8} {:>9} {:>8} {:>8}\n", "rank", "placement", "layout",
+                      "step s", "tokens/s", "TFLOPS", "peak GiB", "vs best", "vs LLM-c");
   for (size_t i = 0; i < plan.top.size(); ++i) text += row(std::to_string(i + 1), plan.top[i]);
-  text += "\nbest of each placement (speedup over the best uniform):\n";
+  text += "\nbest of each placement (vs best: over the best uniform layout; vs LLM-c: over the LLM-centric one,\n"
+          "the uniform layout best for the LLM alone, which the encoder inherits):\n";
   const std::pair<const char*, const std::optional<PlanCandidate>*> bests[] = {
-      {"uniform", &plan.best_uniform}, {"colocated", &plan.best_colocated}, {"non-colocated", &plan.best_non_colocated}};
+      {"uniform", &plan.best_uniform},
+      {"colocated", &plan.best_colocated},
+      {"non-colocated", &plan.best_non_colocated}};
   for (const auto& [name, best] : bests) {
     text += *best ? row("best", **best) : fmt::format("{:<6} {:<14} no valid layout fits\n", "best", name);
   }
+  if (plan.llm_centric) text += row("LLM-c", *plan.llm_centric);
   if (plan.given) text += "\nthe run file's own layout:\n" + row("given", *plan.given);
   text += "\nwhere each step goes (the critical rank: the one that waits least):\n";
   for (size_t i = 0; i < plan.top.size(); ++i) {
@@ -123,7 +131,9 @@ std::string plan_table(const Plan& plan, const std::string& profile_origin) {
 
 nlohmann::json plan_json(const Plan& plan, const RunConfig& base, const std::string& profile_origin,
                          const std::map<std::string, std::string>& labels) {
-  const auto best = [](const std::optional<PlanCandidate>& c) { return c ? candidate_json(*c) : nlohmann::json(nullptr); };
+  const auto best = [](const std::optional<PlanCandidate>& c) {
+    return c ? candidate_json(*c) : nlohmann::json(nullptr);
+  };
   nlohmann::json j = {
       {"format", "hetpar-plan/1"},
       {"name", base.run.name},
@@ -134,10 +144,12 @@ nlohmann::json plan_json(const Plan& plan, const RunConfig& base, const std::str
       {"devices", plan.devices},
       {"profile", profile_origin},
       {"objective", plan.objective == PlanObjective::kTokens ? "tokens" : "tflops"},
-      {"candidates", {{"enumerated", plan.enumerated}, {"fitting", plan.fitting}, {"search_seconds", plan.search_seconds}}},
+      {"candidates",
+       {{"enumerated", plan.enumerated}, {"fitting", plan.fitting}, {"search_seconds", plan.search_seconds}}},
       {"best", {{"uniform", best(plan.best_uniform)}, {"colocated", best(plan.best_colocated)},
                 {"non-colocated", best(plan.best_non_colocated)}}},
       {"given", best(plan.given)},
+      {"llm_centric_uniform", best(plan.llm_centric)},
       {"top", nlohmann::json::array()}};
   for (const PlanCandidate& c : plan.top) j["top"].push_back(candidate_json(c));
   for (const auto& [key, value] : labels) j[key] = value;

@@ -46,6 +46,7 @@ struct PlanCandidate {
   RankMemory fullest;          // the rank with the most memory
   double memory_needed = 0;    // against the profile: the fullest rank, or all ranks where they share it
   double speedup = 0;          // objective over the best uniform candidate's (0 when none fits)
+  double speedup_over_llm_centric = 0;  // over Plan::llm_centric's (0 when none fits)
 };
 
 struct Plan {
@@ -55,6 +56,10 @@ struct Plan {
   std::vector<PlanCandidate> top;  // the best `top` fitting, best first
   std::optional<PlanCandidate> best_uniform, best_colocated, best_non_colocated;
   std::optional<PlanCandidate> given;  // the run file's own layout, when it takes N devices (fitting or not)
+  // The LLM-centric baseline: the uniform layout best for the LLM alone (its
+  // step without images), which the encoder then inherits. How a homogeneous
+  // baseline is usually chosen, and weaker than best_uniform.
+  std::optional<PlanCandidate> llm_centric;
   double search_seconds = 0;
 };
 

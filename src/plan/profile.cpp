@@ -85,8 +85,10 @@ Profile Profile::from_json(const nlohmann::json& j, const std::string& origin) {
   }
   for (const auto& e : section(j, "attention", origin)) {
     const std::string where = origin + ": attention entry";
-    p.attention_.push_back({positive(e, "batch", where) * positive(e, "heads", where), positive(e, "seq", where),
+    const double heads = positive(e, "heads", where);
+    p.attention_.push_back({positive(e, "batch", where) * heads, positive(e, "seq", where),
                             positive(e, "head_dim", where), e.value("causal", false),
+                            e.value("kv_heads", heads) != heads,
                             positive(e, "forward_seconds", where), non_negative(e, "backward_seconds", where)});
   }
   for (const auto& e : section(j, "memory_bound", origin)) {
@@ -145,14 +147,16 @@ double Profile::gemm_seconds(double m, double n, double k) const {
   return 2 * m * n * k / it->second;
 }
 
-double Profile::attention_seconds(double batch_heads, double seq, double head_dim, bool causal, bool backward) const {
+double Profile::attention_seconds(double batch_heads, double seq, double head_dim, bool causal, bool backward,
+                                  bool grouped) const {
   if (batch_heads <= 0 || seq <= 0) return 0;
-  const auto key = std::make_tuple(batch_heads, seq, head_dim, causal, backward);
+  const auto key = std::make_tuple(batch_heads, seq, head_dim, causal, backward, grouped);
   if (const auto it = attention_seconds_.find(key); it != attention_seconds_.end()) return it->second;
   const Attention& a = nearest(
       attention_,
       [&](const Attention& e) {
-        return log_distance(seq, e.seq) + log_distance(head_dim, e.head_dim) + (e.causal == causal ? 0 : 100);
+        return log_distance(seq, e.seq) + log_distance(head_dim, e.head_dim) + (e.causal == causal ? 0 : 100) +
+               (e.grouped == grouped ? 0 : 50);
       },
       "attention");
   const double scale = batch_heads / a.batch_heads * (seq / a.seq) * (seq / a.seq) * (head_dim / a.head_dim);

@@ -23,8 +23,11 @@ class Profile {
   double gemm_seconds(double m, double n, double k) const;
   // Scaled dot-product attention of `batch_heads` (sequence, head) pairs of
   // `seq` tokens each: forward, or backward (its input and weight gradients).
-  // From the entry nearest in (seq, head_dim), scaled by batch_heads, seq^2 and head_dim.
-  double attention_seconds(double batch_heads, double seq, double head_dim, bool causal, bool backward) const;
+  // From the entry nearest in (seq, head_dim), scaled by batch_heads, seq^2
+  // and head_dim; `grouped` (query heads sharing key heads) takes the entries
+  // measured so where the profile has any (a CPU takes another kernel for them).
+  double attention_seconds(double batch_heads, double seq, double head_dim, bool causal, bool backward,
+                           bool grouped = false) const;
   // A memory-bound op ("add", "gelu", "rms_norm", "layer_norm") moving `bytes`.
   double memory_seconds(const std::string& op, double bytes) const;
   // A collective ("all_reduce", "all_gather", "reduce_scatter",
@@ -58,7 +61,7 @@ class Profile {
 
  private:
   struct Gemm { double log_m, log_n, log_k, flops_per_second; };
-  struct Attention { double batch_heads, seq, head_dim; bool causal; double forward, backward; };
+  struct Attention { double batch_heads, seq, head_dim; bool causal, grouped; double forward, backward; };
   struct MemoryBound { std::string op; double bytes, bytes_per_second; };
   // An alpha-beta fit, or where the fit failed (noise swamped the sizes) the measured points.
   struct Collective {
@@ -75,7 +78,7 @@ class Profile {
   nlohmann::json measured_;
   // Lookups already made: a planner asks for the same shapes over and over.
   mutable std::map<std::tuple<double, double, double>, double> gemm_rate_;
-  mutable std::map<std::tuple<double, double, double, bool, bool>, double> attention_seconds_;
+  mutable std::map<std::tuple<double, double, double, bool, bool, bool>, double> attention_seconds_;
   mutable std::map<std::tuple<std::string, int, double, int>, double> collective_seconds_;
   int cores_ = 1;
   double element_bytes_ = 4, peak_flops_ = 0;
