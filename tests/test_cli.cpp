@@ -225,6 +225,19 @@ TEST(Cli, PlanWritesItsFilesAndRefusesBadInput) {
   }
   std::tie(code, out) = run_command(std::string(HETPAR_BINARY) + " plan " + dir + "/missing.toml --devices 4");
   EXPECT_EQ(code, 2) << out;
+  // An earlier plan's files are replaced; a folder holding someone else's sweep.toml is refused, the file untouched.
+  std::tie(code, out) = run_command(plan + "--devices 2 --profile " + h100 + " --out " + dir);
+  EXPECT_EQ(code, 0) << out;
+  const std::string mine = dir + "_mine";
+  std::filesystem::create_directories(mine);
+  std::ofstream(mine + "/sweep.toml") << "# my own sweep\n";
+  std::tie(code, out) = run_command(plan + "--devices 2 --profile " + h100 + " --out " + mine);
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("sweep.toml that no earlier hetpar plan wrote"), std::string::npos) << out;
+  std::ifstream kept(mine + "/sweep.toml");
+  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(kept)), std::istreambuf_iterator<char>()), "# my own sweep\n");
+  EXPECT_FALSE(std::filesystem::exists(mine + "/plan.json"));
+  std::filesystem::remove_all(mine);
   std::filesystem::remove_all(dir);
   std::filesystem::remove_all(dir + "_bad");
 }

@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 
 #include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
 
 #include "config/config_error.hpp"
 #include "plan/plan_report.hpp"
@@ -13,13 +16,40 @@
 #include "util/plain_name.hpp"
 
 namespace hetpar {
+namespace {
+
+constexpr const char* kWritten[] = {"plan.json", "base.toml", "sweep.toml"};
+
+// "" when `dir` holds none of the files a plan writes, or an earlier plan's
+// (its plan.json says so); else which file a plan would overwrite.
+std::string foreign_files(const std::string& dir) {
+  namespace fs = std::filesystem;
+  bool earlier_plan = false;
+  if (std::ifstream in(fs::path(dir) / "plan.json"); in) {
+    try {
+      earlier_plan = nlohmann::json::parse(in).value("format", "") == "hetpar-plan/1";
+    } catch (const std::exception&) {
+    }
+  }
+  for (const char* name : kWritten) {
+    std::error_code ec;
+    if (fs::exists(fs::path(dir) / name, ec) && !earlier_plan) {
+      return std::string("holds a ") + name + " that no earlier hetpar plan wrote; choose another --out";
+    }
+  }
+  return "";
+}
+
+}  // namespace
 
 CLI::App* add_plan_command(CLI::App& app, PlanArgs& args) {
   CLI::App* cmd = app.add_subcommand(
       "plan", "Rank every layout and placement of a run's model on N devices by the step-time model, and write a "
               "sweep of the best to measure them");
   cmd->add_option("run", args.run_file, "run file (TOML): the model and data; its layout is replaced")->required();
-  cmd->add_option("--devices", args.devices, "devices (ranks) to plan for")->required()->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--devices", args.devices, "devices (ranks) to plan for (at most 65536: 16384 take ~12 s)")
+      ->required()
+      ->check(CLI::Range(1, 65536));
   cmd->add_option("--profile", args.profile, "step-time profile: hetpar calibrate's, or profiles/*.json")
       ->capture_default_str();
   cmd->add_option("--top", args.top, "candidates to print and put in the sweep")->capture_default_str()->check(
@@ -55,6 +85,7 @@ int run_plan(const PlanArgs& args) {
     die(kExitConfigError, std::string("--profile: ") + e.what());
   }
   const std::string out = args.out.empty() ? fmt::format("results/plans/{}-{}", base.run.name, args.devices) : args.out;
+  if (const std::string why = foreign_files(out); !why.empty()) die(kExitConfigError, "--out " + out + ": " + why);
   try {
     ensure_writable_dir(out);
   } catch (const std::exception& e) {

@@ -104,11 +104,28 @@ std::vector<LayoutConfig> enumerate_layouts(const RunConfig& base, int devices, 
       collect.offer(layout);
     }
   }
-  // Non-colocated: every split, the encoder's devices first.
+  // Non-colocated: every split, the encoder's devices first. No rule ties
+  // one side's layout to the other's here, so each side's layouts are
+  // screened on their own first (against a one-rank other side), and only
+  // pairs of survivors are checked whole: the pairs that fail are most of
+  // the product, and checking them all took minutes on 4096 devices.
   layout.placement = Placement::NonColocated;
+  const auto survivors = [&](int size, bool encoder_side) {
+    std::vector<Layout> kept;
+    LayoutConfig alone = layout;
+    for (const Layout& l : layouts_of(size, !encoder_side, true)) {
+      (encoder_side ? alone.encoder : alone.llm) = l;
+      (encoder_side ? alone.llm : alone.encoder) = Layout{};
+      alone.run_ahead = std::max(1, alone.llm.pp);
+      collect.scratch.layout = alone;
+      if (!layout_problem(collect.scratch)) kept.push_back(l);
+    }
+    return kept;
+  };
   for (int encoder_devices = 1; encoder_devices < devices; ++encoder_devices) {
-    const std::vector<Layout> llms = layouts_of(devices - encoder_devices, true, true);
-    for (const Layout& encoder : layouts_of(encoder_devices, false, true)) {
+    const std::vector<Layout> llms = survivors(devices - encoder_devices, false);
+    if (llms.empty()) continue;
+    for (const Layout& encoder : survivors(encoder_devices, true)) {
       for (const Layout& llm : llms) {
         layout.encoder = encoder;
         layout.llm = llm;
