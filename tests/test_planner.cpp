@@ -143,6 +143,11 @@ TEST(Planner, RanksByPredictedThroughputBesideTheBestUniform) {
   EXPECT_NEAR(best.tokens_per_second, 8.0 * 128 / best.step.seconds, 1e-9 * best.tokens_per_second);
   // The critical rank's phases add up to the step.
   EXPECT_NEAR(best.step.phases.total(), best.step.seconds, 1e-9 * best.step.seconds);
+  // The LLM-centric baseline is a uniform layout, never better than the best uniform one.
+  ASSERT_TRUE(plan.llm_centric);
+  EXPECT_EQ(plan.llm_centric->layout.placement, Placement::Uniform);
+  EXPECT_GE(plan.llm_centric->step.seconds, plan.best_uniform->step.seconds);
+  EXPECT_GE(plan.best_uniform->speedup_over_llm_centric, 1.0);
   // The same candidate predicted on its own gives the same step.
   EXPECT_DOUBLE_EQ(predict_step_seconds(with_layout(base, best.layout), profile), best.step.seconds);
 }

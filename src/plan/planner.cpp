@@ -14,7 +14,7 @@ namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
-// Every (tp, cp, pp, dp) of `size` ranks, tp fastest-varying last.
+// Every (tp, cp, pp, dp) of `size` ranks, by tp, then cp, then pp.
 std::vector<Layout> layouts_of(int size, bool cp_allowed, bool pp_allowed) {
   std::vector<Layout> out;
   for (int tp = 1; tp <= size; ++tp) {
