@@ -66,11 +66,13 @@ test: build
 bench-peer: hetpar
 	$(VENV)/bin/python bench/peer/peer_bench.py --rounds 3 --threads 1,2 --hetpar $(BUILD)/hetpar
 
-# The C++ tests with AddressSanitizer + UndefinedBehaviorSanitizer, in their own build tree.
+# The C++ tests with AddressSanitizer + UndefinedBehaviorSanitizer, in their own build tree
+# (not the memory model against measured resident memory: the sanitizer's shadow memory
+# more than doubles a process's own, which is what that test measures).
 test-asan: deps
 	@cmake -S . -B $(ASAN_BUILD) -G Ninja -DHETPAR_PYTHON=$(VENV)/bin/python -DHETPAR_SANITIZE=address,undefined >/dev/null
 	@cmake --build $(ASAN_BUILD) -j $(JOBS) --target hetpar test_config test_dist bench_boundary
-	cd $(ASAN_BUILD) && $(SANITIZER_ENV) ctest --output-on-failure -j $(CTEST_JOBS) -E '^(hf_llava_interop|plot_results|peer_bench_smoke)$$'
+	cd $(ASAN_BUILD) && $(SANITIZER_ENV) ctest --output-on-failure -j $(CTEST_JOBS) -E '^(hf_llava_interop|plot_results|peer_bench_smoke|MemoryModel.PredictsThePeakResidentMemoryOfRealRuns)$$'
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)
