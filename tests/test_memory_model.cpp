@@ -6,16 +6,12 @@
 
 #include "metrics/model_flops.hpp"
 #include "plan/memory_model.hpp"
+#include "tests/plan_fixtures.hpp"
 
 namespace hetpar {
 namespace {
 
-const std::string kTiny = HETPAR_SOURCE_DIR "/workloads/tiny.toml";
-
-RunConfig tiny(std::vector<std::string> sets) {
-  sets.insert(sets.begin(), {"data.global_batch_size=8", "data.micro_batch_size=1", "llm.layers=4"});
-  return load_run_config(kTiny, sets);
-}
+RunConfig tiny(const std::vector<std::string>& sets) { return planning_run(sets); }
 
 TEST(MemoryModel, OneRankHoldsEveryParameterSixteenTimes) {
   const RunConfig c = tiny({});

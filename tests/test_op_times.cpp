@@ -10,7 +10,7 @@
 #include "metrics/prediction_order.hpp"
 #include "plan/op_times.hpp"
 #include "plan/profile.hpp"
-#include "tests/flat_profile.hpp"
+#include "tests/plan_fixtures.hpp"
 
 namespace hetpar {
 namespace {

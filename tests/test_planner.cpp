@@ -15,18 +15,14 @@
 #include "plan/plan_report.hpp"
 #include "plan/planner.hpp"
 #include "sweep/sweep_spec.hpp"
-#include "tests/flat_profile.hpp"
+#include "tests/plan_fixtures.hpp"
 
 namespace hetpar {
 namespace {
 
 const std::string kTiny = HETPAR_SOURCE_DIR "/workloads/tiny.toml";
 
-RunConfig tiny(const std::vector<std::string>& sets = {}) {
-  std::vector<std::string> all = {"data.global_batch_size=8", "data.micro_batch_size=1", "llm.layers=4"};
-  all.insert(all.end(), sets.begin(), sets.end());
-  return load_run_config(kTiny, all);
-}
+RunConfig tiny(const std::vector<std::string>& sets = {}) { return planning_run(sets); }
 
 std::string key(const LayoutConfig& l) {
   return to_string(l.placement) + " " + l.encoder.to_string() + " " + l.llm.to_string() + " ahead " +
@@ -53,7 +49,7 @@ std::vector<Layout> all_tuples(int n) {
 std::set<std::string> brute_force(int devices, const std::vector<std::string>& sets) {
   std::set<std::string> valid;
   const auto offer = [&](const std::string& placement, const Layout* encoder, const Layout& llm, int64_t ahead) {
-    std::vector<std::string> o = {"data.global_batch_size=8", "data.micro_batch_size=1", "llm.layers=4"};
+    std::vector<std::string> o = kPlanningSets;
     o.insert(o.end(), sets.begin(), sets.end());
     o.push_back("layout.placement=\"" + placement + "\"");
     if (encoder) o.push_back("layout.encoder=" + tuple(*encoder));
@@ -83,11 +79,7 @@ std::set<std::string> brute_force(int devices, const std::vector<std::string>& s
 TEST(Planner, EnumeratesWhatABruteForceSearchFinds) {
   for (const auto& sets : {std::vector<std::string>{}, std::vector<std::string>{"llm.seq_len=132", "llm.kv_heads=4"}}) {
     for (int devices : {1, 2, 3, 4, 6}) {
-      RunConfig base = load_run_config(kTiny, [&] {
-        std::vector<std::string> all = {"data.global_batch_size=8", "data.micro_batch_size=1", "llm.layers=4"};
-        all.insert(all.end(), sets.begin(), sets.end());
-        return all;
-      }());
+      const RunConfig base = planning_run(sets);
       const std::vector<LayoutConfig> planned = enumerate_layouts(base, devices, 2);
       std::set<std::string> found;
       for (const LayoutConfig& l : planned) EXPECT_TRUE(found.insert(key(l)).second) << "listed twice: " << key(l);

@@ -19,12 +19,7 @@ std::string layout_toml(const Layout& l) {
 nlohmann::json layout_json(const Layout& l) { return {{"tp", l.tp}, {"cp", l.cp}, {"pp", l.pp}, {"dp", l.dp}}; }
 
 // The encoder's layout as the trainer resolves it (uniform: the LLM's, without PP).
-Layout encoder_layout(const LayoutConfig& l) {
-  if (l.placement != Placement::Uniform) return l.encoder;
-  Layout e = l.llm;
-  e.pp = 1;
-  return e;
-}
+Layout encoder_layout(const LayoutConfig& l) { return resolve_placement(l.placement, l.encoder, l.llm).encoder; }
 
 nlohmann::json phases_json(const StepPhases& p) {
   return {{"encoder_forward", p.encoder_forward},

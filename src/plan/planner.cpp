@@ -30,13 +30,19 @@ std::vector<Layout> layouts_of(int size, bool cp_allowed, bool pp_allowed) {
   return out;
 }
 
-// Keeps `layout` when its config is valid.
+// Keeps `layout` when its config is valid; `scratch` is then that config,
+// placement resolved.
 struct Collector {
   RunConfig scratch;
   std::vector<LayoutConfig> kept;
-  void offer(const LayoutConfig& layout) {
+  bool valid(const LayoutConfig& layout) {
     scratch.layout = layout;
-    if (!layout_problem(scratch)) kept.push_back(layout);
+    return !layout_problem(scratch);
+  }
+  bool offer(const LayoutConfig& layout) {
+    if (!valid(layout)) return false;
+    kept.push_back(layout);
+    return true;
   }
 };
 
@@ -90,13 +96,13 @@ std::vector<LayoutConfig> enumerate_layouts(const RunConfig& base, int devices, 
   // Uniform: the encoder takes the LLM's layout.
   layout.placement = Placement::Uniform;
   layout.encoder = Layout{};
-  for (const Layout& llm : layouts_of(devices, true, true)) {
+  const std::vector<Layout> llm_all = layouts_of(devices, true, true);
+  for (const Layout& llm : llm_all) {
     layout.llm = llm;
     collect.offer(layout);
   }
   // Colocated: the encoder on the same devices, with its own TP and DP.
   layout.placement = Placement::Colocated;
-  const std::vector<Layout> llm_all = layouts_of(devices, true, true);
   for (const Layout& encoder : layouts_of(devices, false, false)) {
     for (const Layout& llm : llm_all) {
       layout.encoder = encoder;
@@ -117,8 +123,7 @@ std::vector<LayoutConfig> enumerate_layouts(const RunConfig& base, int devices, 
       (encoder_side ? alone.encoder : alone.llm) = l;
       (encoder_side ? alone.llm : alone.encoder) = Layout{};
       alone.run_ahead = std::max(1, alone.llm.pp);
-      collect.scratch.layout = alone;
-      if (!layout_problem(collect.scratch)) kept.push_back(l);
+      if (collect.valid(alone)) kept.push_back(l);
     }
     return kept;
   };
@@ -129,10 +134,14 @@ std::vector<LayoutConfig> enumerate_layouts(const RunConfig& base, int devices, 
       for (const Layout& llm : llms) {
         layout.encoder = encoder;
         layout.llm = llm;
-        const int64_t micro_batches = base.data.global_batch_size / (base.data.micro_batch_size * llm.dp);
+        // The least run-ahead (the LLM's pp) is the only one a rule bounds:
+        // what fails there fails at any.
         const int64_t least = std::max(1, llm.pp);
-        for (int64_t ahead = least; ahead <= least + extra_run_ahead; ++ahead) {
-          if (ahead > least && ahead > micro_batches) break;  // runs as micro_batches would
+        layout.run_ahead = least;
+        if (!collect.offer(layout)) continue;
+        // Beyond the step's micro-batches a run-ahead runs as that many would.
+        const int64_t micro_batches = micro_batches_per_step(collect.scratch);
+        for (int64_t ahead = least + 1; ahead <= least + extra_run_ahead && ahead <= micro_batches; ++ahead) {
           layout.run_ahead = ahead;
           collect.offer(layout);
         }
@@ -212,6 +221,8 @@ Plan plan_layouts(const RunConfig& base, const Profile& profile, const PlanOptio
     const bool may_top = plan.top.size() < top || f.bound < plan.top.back().step.seconds;
     const bool may_best = !best || f.bound < best->step.seconds;
     if (!options.exhaustive && !may_top && !may_best) continue;
+    // Its memory and op times again: kept for every candidate they would
+    // cost far more than recomputing them for the few simulated.
     PlanCandidate candidate;
     place(layout, candidate);
     predict(candidate, estimate_ops(c, profile));

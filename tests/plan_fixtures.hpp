@@ -1,9 +1,27 @@
-// A hand-made calibration profile for the step-time model's tests.
+// What the step-time model's and the planner's tests share: a hand-made
+// calibration profile, and the tiny model set up for planning.
 #pragma once
 
 #include <nlohmann/json.hpp>
 
+#include <string>
+#include <vector>
+
+#include "config/run_config.hpp"
+
 namespace hetpar {
+
+// The settings every planning test starts from: 8 samples a step, one a
+// micro-batch (so DP up to 8), 4 LLM layers (so PP up to 4).
+inline const std::vector<std::string> kPlanningSets = {"data.global_batch_size=8", "data.micro_batch_size=1",
+                                                       "llm.layers=4"};
+
+// workloads/tiny.toml with kPlanningSets, then `sets`.
+inline RunConfig planning_run(const std::vector<std::string>& sets = {}) {
+  std::vector<std::string> all = kPlanningSets;
+  all.insert(all.end(), sets.begin(), sets.end());
+  return load_run_config(HETPAR_SOURCE_DIR "/workloads/tiny.toml", all);
+}
 
 // Matmuls run at `rate` FLOP/s whatever their shape; attention, memory
 // traffic and collectives cost next to nothing; `cores` shared by the ranks.
