@@ -10,6 +10,16 @@ export PATH := /usr/local/cuda/bin:$(PATH)
 export HETPAR_VENV := $(VENV)
 export HETPAR_TORCH_VERSION := $(TORCH_VERSION)
 
+# Building on a GPU node, offline (README "Building on a GPU node, offline"):
+#   TORCH_DIR=<site-packages>/torch/share/cmake/Torch  the node's LibTorch instead of the pinned venv
+#   BUNDLE=<dir>  the C++ dependencies from scripts/offline-bundle.sh's folder
+# Either one skips `deps` (no apt-get, no pip). Use a build directory of its own (BUILD=...).
+TORCH_DIR ?=
+BUNDLE ?=
+TORCH_CMAKE_ARGS = $(if $(TORCH_DIR),-DTorch_DIR=$(abspath $(TORCH_DIR)) -DHETPAR_PYTHON=,-DHETPAR_PYTHON=$(VENV)/bin/python)$(if $(BUNDLE), -DHETPAR_BUNDLE=$(abspath $(BUNDLE)))
+CONFIGURE_DEPS = $(if $(TORCH_DIR)$(BUNDLE),,deps)
+BUNDLE_OUT ?= hetpar-bundle
+
 SWEEP ?= sweeps/cpu_default.toml
 RESULTS ?= results/sweeps/cpu-default
 
@@ -21,15 +31,15 @@ SANITIZER_ENV := ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:strict_string_check
   LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitizers/lsan.supp:print_suppressions=0 \
   UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:suppressions=$(CURDIR)/tests/sanitizers/ubsan.supp
 
-.PHONY: all deps configure build hetpar run plots paper test test-asan bench-peer clean
+.PHONY: all deps configure build hetpar run plots paper test test-asan test-torch211 offline-bundle bench-peer clean
 
 all: build
 
 deps:
 	@scripts/install-deps.sh
 
-configure: deps
-	@cmake -S . -B $(BUILD) -G Ninja -DHETPAR_PYTHON=$(VENV)/bin/python >/dev/null
+configure: $(CONFIGURE_DEPS)
+	@cmake -S . -B $(BUILD) -G Ninja $(TORCH_CMAKE_ARGS) >/dev/null
 
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
@@ -62,6 +72,15 @@ paper: hetpar
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(CTEST_JOBS)
 
+# The whole suite against the oldest LibTorch hetpar supports (2.11, the one GPU images ship),
+# in its own venv and build tree.
+test-torch211:
+	$(MAKE) test TORCH_VERSION=2.11.0 BUILD=build-torch211
+
+# The C++ dependencies beyond LibTorch in one folder for an offline machine (run where apt works).
+offline-bundle:
+	scripts/offline-bundle.sh $(BUNDLE_OUT)
+
 # One training step of the same LLaVA in hetpar and in transformers, side by side (bench/peer/README.md).
 bench-peer: hetpar
 	$(VENV)/bin/python bench/peer/peer_bench.py --rounds 3 --threads 1,2 --hetpar $(BUILD)/hetpar
@@ -71,7 +90,7 @@ bench-peer: hetpar
 # more than doubles a process's own, which is what that test measures).
 test-asan: deps
 	@cmake -S . -B $(ASAN_BUILD) -G Ninja -DHETPAR_PYTHON=$(VENV)/bin/python -DHETPAR_SANITIZE=address,undefined >/dev/null
-	@cmake --build $(ASAN_BUILD) -j $(JOBS) --target hetpar test_config test_dist bench_boundary
+	@cmake --build $(ASAN_BUILD) -j $(JOBS) --target hetpar test_config test_dist test_gpu bench_boundary
 	cd $(ASAN_BUILD) && $(SANITIZER_ENV) ctest --output-on-failure -j $(CTEST_JOBS) -E '^(hf_llava_interop|plot_results|peer_bench_smoke|MemoryModel.PredictsThePeakResidentMemoryOfRealRuns)$$'
 
 clean:

@@ -79,7 +79,16 @@ TEST(Calibrate, BadOptionsAreRefusedBeforeMeasuring) {
       {"--ranks 1000 --out " + dir + "/p.json", "more than 4 ranks per core"},
       {"--out " + dir, "names a directory"},
       {"--out /proc/hetpar_no/p.json", "--out"},
+      {"--device gpu --out " + dir + "/p.json", "--device"},
+      {"--device cpu --base " HETPAR_SOURCE_DIR "/profiles/h200_dgx.json --out " + dir + "/p.json",
+       "only a GPU calibration"},
   };
+  // Where no GPU is visible (this test's machines), asking for one is refused.
+  if (!fs::exists("/dev/nvidia0")) {
+    const auto [code, output] = run_command(bin + "--device cuda --out " + dir + "/p.json");
+    EXPECT_EQ(code, 2) << output;
+    EXPECT_NE(output.find("no CUDA device is visible"), std::string::npos) << output;
+  }
   for (const auto& [args, message] : cases) {
     const auto [code, output] = run_command(bin + args);
     EXPECT_EQ(code, 2) << args << "\n" << output;

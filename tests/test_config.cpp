@@ -154,6 +154,7 @@ const std::vector<BadInput> kBadInputs = {
     {.name = "images_max_below_min", .run = "[data]\nimages_min = 3\nimages_max = 2\n", .key = "data.images_max", .reason = "must be >= data.images_min = 3, got 2"},
     {.name = "timeout_zero", .run = "[runtime]\ntimeout_s = 0\n", .key = "runtime.timeout_s", .reason = "must be a finite number > 0, got 0.0"},
     {.name = "timeout_infinite", .run = "[runtime]\ntimeout_s = inf\n", .key = "runtime.timeout_s", .reason = "got inf"},
+    {.name = "device_unknown", .run = "[runtime]\ndevice = \"gpu\"\n", .key = "runtime.device", .reason = "must be one of auto, cpu, cuda, got \"gpu\""},
     {.name = "backend_unknown", .run = "[runtime]\nbackend = \"mpi\"\n", .key = "runtime.backend", .reason = "must be one of auto, gloo, nccl, got \"mpi\""},
     {.name = "placement_unknown", .run = "[layout]\nplacement = \"split\"\n", .key = "layout.placement", .reason = "must be one of colocated, non-colocated, uniform, got \"split\""},
     {.name = "layout_dimension_zero", .run = "[layout.llm]\ntp = 0\n", .key = "layout.llm.tp", .reason = "must be >= 1, got 0"},

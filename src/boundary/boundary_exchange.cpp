@@ -28,29 +28,53 @@ at::Tensor move_rows(const at::Tensor& rows, const BoundaryExchange::Route& rout
 }
 
 // The point-to-point form of move_rows: posts one send per peer. Rows for
-// this rank itself (colocated) wait in `to_self` under their tag.
+// this rank itself (colocated) wait in `to_self` under their tag. A rank that
+// also receives in this direction (colocated, a first-stage rank) posts its
+// receives here too, into `posted`, in one order both sides of every pair
+// agree on: peers ascending, with a lower peer receive then send, with a
+// higher one send then receive. On NCCL, where a pair's messages match in
+// issue order on one stream, two ranks that both sent first would deadlock.
 std::vector<Group::Pending> post_rows(const at::Tensor& rows, const BoundaryExchange::Route& route, Group& group,
-                                      int tag, std::map<int, at::Tensor>& to_self) {
+                                      int tag, std::map<int, at::Tensor>& to_self, BoundaryExchange::Posted& posted) {
   const at::Tensor send = rows.index_select(0, at::tensor(route.send_index, at::kLong).to(rows.device()));
+  bool receives = false;
+  for (int peer = 0; peer < group.size(); ++peer) receives |= peer != group.rank() && route.recv_counts[peer] > 0;
   std::vector<Group::Pending> pending;
+  std::vector<std::pair<int, Group::Pending>> received;
   int64_t offset = 0;
   for (int peer = 0; peer < group.size(); ++peer) {
     const int64_t count = route.send_counts[peer];
-    if (count == 0) continue;
-    if (peer == group.rank()) to_self[tag] = send.narrow(0, offset, count);
-    else pending.push_back(group.isend(send.narrow(0, offset, count), peer, tag));
+    const auto receive = [&] {
+      if (receives && peer != group.rank() && route.recv_counts[peer] > 0) {
+        received.emplace_back(peer, group.irecv(at::empty({route.recv_counts[peer], rows.size(1)}, rows.options()), peer, tag));
+      }
+    };
+    if (peer < group.rank()) receive();
+    if (count > 0) {
+      if (peer == group.rank()) to_self[tag] = send.narrow(0, offset, count);
+      else pending.push_back(group.isend(send.narrow(0, offset, count), peer, tag));
+    }
     offset += count;
+    if (peer > group.rank()) receive();
   }
+  if (receives) posted[tag] = std::move(received);
   return pending;
 }
 
-// Receives what post_rows sent this rank: [out_rows, hidden], each row at its recv_index.
+// Receives what post_rows sent this rank: [out_rows, hidden], each row at its
+// recv_index; the receives post_rows already posted, or posts them now.
 at::Tensor receive_rows(const BoundaryExchange::Route& route, int64_t out_rows, int64_t hidden, Group& group, int tag,
-                        at::ScalarType dtype, std::map<int, at::Tensor>& to_self) {
+                        const at::TensorOptions& options, std::map<int, at::Tensor>& to_self,
+                        BoundaryExchange::Posted& posted) {
   std::vector<std::pair<int, Group::Pending>> pending;
-  for (int peer = 0; peer < group.size(); ++peer) {
-    if (route.recv_counts[peer] > 0 && peer != group.rank()) {
-      pending.emplace_back(peer, group.irecv(at::empty({route.recv_counts[peer], hidden}, dtype), peer, tag));
+  if (const auto it = posted.find(tag); it != posted.end()) {
+    pending = std::move(it->second);
+    posted.erase(it);
+  } else {
+    for (int peer = 0; peer < group.size(); ++peer) {
+      if (route.recv_counts[peer] > 0 && peer != group.rank()) {
+        pending.emplace_back(peer, group.irecv(at::empty({route.recv_counts[peer], hidden}, options), peer, tag));
+      }
     }
   }
   std::vector<at::Tensor> parts;
@@ -58,17 +82,18 @@ at::Tensor receive_rows(const BoundaryExchange::Route& route, int64_t out_rows, 
   for (int peer = 0; peer < group.size(); ++peer) {  // in peer order, as recv_index expects
     if (route.recv_counts[peer] == 0) continue;
     if (peer != group.rank()) {
-      parts.push_back((next++)->second.wait());
+      parts.push_back((next++)->second.wait().to(options));
       continue;
     }
     const auto own = to_self.find(tag);
     if (own == to_self.end()) throw std::logic_error("boundary point-to-point path: this rank's own rows were not posted before they were received");
-    parts.push_back(own->second.to(dtype));
+    parts.push_back(own->second.to(options));
     to_self.erase(own);
   }
-  const at::Tensor out = at::zeros({out_rows, hidden}, dtype);
+  const at::Tensor out = at::zeros({out_rows, hidden}, options);
   if (parts.empty()) return out;
-  return out.index_copy(0, at::tensor(route.recv_index, at::kLong), at::cat(parts));
+  return out.index_copy(0, at::tensor(route.recv_index, at::kLong).to(options.device(), /*non_blocking=*/true),
+                        at::cat(parts));
 }
 
 struct Exchange : torch::autograd::Function<Exchange> {
@@ -113,8 +138,12 @@ BoundaryExchange::Route make_route(const Transfers& transfers, const Group& grou
 
 }  // namespace
 
-BoundaryExchange::BoundaryExchange(const BoundaryPlan& plan, int64_t tokens_per_image, Group& group, int encoder_dp)
-    : group_(group) {
+BoundaryExchange::BoundaryExchange(const BoundaryPlan& plan, int64_t tokens_per_image, Group& group, int encoder_dp,
+                                   BoundaryLinks links)
+    : group_(group), data_(links.data ? *links.data : group), gradient_(links.gradient ? *links.gradient : group) {
+  if (data_.ranks() != group.ranks() || gradient_.ranks() != group.ranks()) {
+    throw std::logic_error("boundary exchange: the point-to-point groups must have the exchange group's members");
+  }
   const int me = group.ranks()[group.rank()];
   // The rows this rank needs (as a forward receiver), in (image, token) order.
   std::set<Row> needed;
@@ -152,19 +181,19 @@ std::vector<Group::Pending> BoundaryExchange::post_forward(const at::Tensor& enc
     throw std::invalid_argument("boundary exchange: this rank should post " + std::to_string(encoder_rows_) +
                                 " encoder rows, got " + std::to_string(encoder_rows.size(0)));
   }
-  return post_rows(encoder_rows.detach(), forward_, group_, tag, to_self_);
+  return post_rows(encoder_rows.detach(), forward_, data_, tag, to_self_, posted_);
 }
 
-at::Tensor BoundaryExchange::receive_forward(int64_t hidden, int tag, at::ScalarType dtype) const {
-  return receive_rows(forward_, needed_rows(), hidden, group_, tag, dtype, to_self_);
+at::Tensor BoundaryExchange::receive_forward(int64_t hidden, int tag, const at::TensorOptions& options) const {
+  return receive_rows(forward_, needed_rows(), hidden, data_, tag, options, to_self_, posted_);
 }
 
 std::vector<Group::Pending> BoundaryExchange::post_backward(const at::Tensor& grad_rows, int tag) const {
-  return post_rows(grad_rows, backward_, group_, tag, to_self_);
+  return post_rows(grad_rows, backward_, gradient_, tag, to_self_, posted_);
 }
 
-at::Tensor BoundaryExchange::receive_backward(int64_t hidden, int tag, at::ScalarType dtype) const {
-  return receive_rows(backward_, encoder_rows_, hidden, group_, tag, dtype, to_self_);
+at::Tensor BoundaryExchange::receive_backward(int64_t hidden, int tag, const at::TensorOptions& options) const {
+  return receive_rows(backward_, encoder_rows_, hidden, gradient_, tag, options, to_self_, posted_);
 }
 
 }  // namespace hetpar

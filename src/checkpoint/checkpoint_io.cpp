@@ -118,7 +118,8 @@ void save_checkpoint(const CheckpointParts& parts, const std::string& run_dir, i
   at::Tensor entry = at::empty({1, 2}, at::kLong);
   entry[0][0] = static_cast<int64_t>(fs::file_size(mine));
   entry[0][1] = static_cast<int64_t>(std::stoull(file_hash(mine), nullptr, 16));
-  const at::Tensor all = parts.world.all_gather(entry);
+  // On the world's device (NCCL moves CUDA tensors only), read back on the host.
+  const at::Tensor all = parts.world.all_gather(entry.to(parts.model.device())).cpu();
   if (parts.world.rank() != 0) return;
   write_file_atomic((fs::path(dir) / "config.toml").string(), to_toml(parts.config));
   CheckpointManifest manifest;

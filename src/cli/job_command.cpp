@@ -2,6 +2,8 @@
 
 #include <filesystem>
 
+#include "config/device_choice.hpp"
+#include "dist/device.hpp"
 #include "interop/hf_model_config.hpp"
 #include "launch/local_launcher.hpp"
 #include "launch/local_limits.hpp"
@@ -61,6 +63,10 @@ int run_job(const std::string& subcommand, const JobArgs& args, const std::vecto
   try {
     // Said once: by the local launcher, or by rank 0 of an outside one.
     config = load_job_config(args, !env || (env->rank == 0 && env->launcher != "local"));
+    const int gpus = visible_cuda_devices();
+    resolve_device(config, gpus);
+    // The local launcher starts every rank on this node: one GPU each.
+    if (!env && config.runtime.device == "cuda") cuda_device_index(0, config.placement.world_size, gpus);
     check_trainer_supports(config);
     if (needs_full_model && config.placement.placement == Placement::NonColocated) {
       throw ConfigError(config.source_file, "layout.placement",
@@ -84,7 +90,9 @@ int run_job(const std::string& subcommand, const JobArgs& args, const std::vecto
         throw ConfigError(config.source_file, "layout", why);
       }
     }
-    if (const std::string why = local_memory_problem(config, ranks_here); !why.empty()) {
+    // On a GPU the model lives in device memory, which the device's allocator guards.
+    if (const std::string why = config.runtime.device == "cpu" ? local_memory_problem(config, ranks_here) : "";
+        !why.empty()) {
       throw ConfigError(config.source_file, estimate_rank_memory(config).module, why);
     }
     if (preflight && (!env || env->rank == 0)) preflight(config);

@@ -5,6 +5,7 @@
 
 #include "cli/calibrate_command.hpp"
 #include "cli/compare_command.hpp"
+#include "cli/devices_command.hpp"
 #include "cli/eval_command.hpp"
 #include "cli/plan_command.hpp"
 #include "cli/sweep_command.hpp"
@@ -34,6 +35,8 @@ int main(int argc, char** argv) {
   CLI::App* calibrate_cmd = hetpar::add_calibrate_command(app, calibrate);
   hetpar::PlanArgs plan;
   CLI::App* plan_cmd = hetpar::add_plan_command(app, plan);
+  hetpar::DevicesArgs devices;
+  CLI::App* devices_cmd = hetpar::add_devices_command(app, devices);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -47,6 +50,7 @@ int main(int argc, char** argv) {
     if (sweep_cmd->parsed()) return hetpar::run_sweep_command(sweep);
     if (calibrate_cmd->parsed()) return hetpar::run_calibrate(calibrate);
     if (plan_cmd->parsed()) return hetpar::run_plan(plan);
+    if (devices_cmd->parsed()) return hetpar::run_devices(devices);
   } catch (const std::exception& e) {
     hetpar::die_of(e);
   }

@@ -85,7 +85,9 @@ struct LayoutConfig {
 };
 
 struct RuntimeConfig {
-  std::string backend = "auto";   // "auto" (nccl with a GPU, else gloo), "gloo", "nccl"
+  std::string device = "auto";    // "auto" (cuda with a visible GPU, else cpu), "cpu", "cuda"
+  std::string backend = "auto";   // "auto" (nccl on cuda, gloo on cpu), "gloo", "nccl"
+  bool tf32 = false;              // cuda, fp32: let cuBLAS round matmul inputs to TF32 (faster, ~1e-3)
   double timeout_s = 60.0;        // per collective call and for rendezvous
   int64_t intra_op_threads = 1;   // torch intra-op threads per rank
   int64_t profile_step = 0;       // record an op-level profile of this step (0: none)
@@ -104,8 +106,8 @@ struct RunConfig {
 };
 
 // Whether the run computes in bf16 (autocast: fp32 weights, gradients and
-// optimizer; bf16 matmuls and activations). "auto" is fp32 until runs have a
-// device other than the CPU.
+// optimizer; bf16 matmuls and activations). "auto" is fp32 until
+// resolve_device (config/device_choice.hpp) has made it bf16 on a GPU.
 inline bool computes_in_bf16(const RunConfig& config) { return config.run.precision == "bf16"; }
 
 // Micro-batches a step on each LLM DP rank (the global batch over DP and micro-batch size).

@@ -241,7 +241,12 @@ std::vector<SchemaKey> build_schema() {
     keys.insert(keys.end(), module_keys.begin(), module_keys.end());
   }
   keys.insert(keys.end(), {
-      runtime.key<&RuntimeConfig::backend>("backend", one_of({"auto", "gloo", "nccl"}), "process-group backend; auto: nccl with a GPU, else gloo"),
+      runtime.key<&RuntimeConfig::device>("device", one_of({"auto", "cpu", "cuda"}),
+          "where the run computes, one rank per GPU; auto: cuda where a GPU is visible, else cpu"),
+      runtime.key<&RuntimeConfig::tf32>("tf32", any_value(),
+          "cuda with run.precision = fp32: let matmuls round their inputs to TF32 (faster, about 1e-3 relative); "
+          "false keeps fp32 exact"),
+      runtime.key<&RuntimeConfig::backend>("backend", one_of({"auto", "gloo", "nccl"}), "process-group backend; auto: nccl on cuda, gloo on cpu"),
       runtime.key<&RuntimeConfig::timeout_s>("timeout_s", positive_finite(), "seconds a collective or the rendezvous may take"),
       runtime.key<&RuntimeConfig::intra_op_threads>("intra_op_threads", at_least(1), "torch intra-op threads per rank"),
       runtime.key<&RuntimeConfig::profile_step>("profile_step", at_least(0),

@@ -23,8 +23,9 @@ uint64_t sample_seed(uint64_t seed, int64_t step, int64_t sample, uint64_t salt)
 
 }  // namespace
 
-SyntheticData::SyntheticData(const EncoderConfig& encoder, const LlmConfig& llm, const DataConfig& data, uint64_t seed)
-    : encoder_(encoder), llm_(llm), data_(data), seed_(seed) {
+SyntheticData::SyntheticData(const EncoderConfig& encoder, const LlmConfig& llm, const DataConfig& data, uint64_t seed,
+                             const at::Device& device)
+    : encoder_(encoder), llm_(llm), data_(data), seed_(seed), device_(device) {
   for (int c = 0; c < kImageClasses; ++c) {
     class_patterns_.push_back(init_normal(seed, "data.class_pattern." + std::to_string(c),
                                           {encoder.channels, encoder.image_size, encoder.image_size}, 1.0));
@@ -84,14 +85,20 @@ MicroBatch SyntheticData::micro_batch(int64_t step, int64_t first, int64_t count
     }
   }
   MicroBatch b;
-  b.ids = at::tensor(ids, at::kLong).view({count, llm_.seq_len});
-  b.targets = at::tensor(targets, at::kLong).view({count, llm_.seq_len});
+  b.ids = on_device(at::tensor(ids, at::kLong).view({count, llm_.seq_len}));
+  b.targets = on_device(at::tensor(targets, at::kLong).view({count, llm_.seq_len}));
   b.image_mask = b.ids == llm_.image_token_id;
   b.images = image_count;
-  b.pixels = images.empty()
-                 ? at::zeros({0, encoder_.channels, encoder_.image_size, encoder_.image_size}, at::kFloat)
-                 : at::stack(images);
+  b.pixels = on_device(images.empty()
+                           ? at::zeros({0, encoder_.channels, encoder_.image_size, encoder_.image_size}, at::kFloat)
+                           : at::stack(images));
   return b;
+}
+
+at::Tensor SyntheticData::on_device(const at::Tensor& host) const {
+  if (device_.is_cpu()) return host;
+  // The caching host allocator keeps the pinned copy until the transfer is done.
+  return host.pin_memory().to(device_, /*non_blocking=*/true);
 }
 
 int64_t SyntheticData::images_in_step(int64_t step) const {

@@ -40,7 +40,14 @@ struct MicroBatch {
 
 class SyntheticData {
  public:
-  SyntheticData(const EncoderConfig& encoder, const LlmConfig& llm, const DataConfig& data, uint64_t seed);
+  // Batches are drawn on the host (the same values on every device) and
+  // handed out on `device`.
+  SyntheticData(const EncoderConfig& encoder, const LlmConfig& llm, const DataConfig& data, uint64_t seed,
+                const at::Device& device = at::kCPU);
+  const at::Device& device() const { return device_; }
+  // A host tensor of a batch on the data's device: on a GPU an asynchronous
+  // copy from pinned memory, the one host-to-device copy of a step.
+  at::Tensor on_device(const at::Tensor& host) const;
 
   SampleText text(int64_t step, int64_t sample) const;
   at::Tensor image(int64_t step, int64_t sample, int index, int image_class) const;  // [C, H, W]
@@ -60,6 +67,7 @@ class SyntheticData {
   LlmConfig llm_;
   DataConfig data_;
   uint64_t seed_;
+  at::Device device_;
   std::vector<at::Tensor> class_patterns_;
 };
 

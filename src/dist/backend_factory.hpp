@@ -15,8 +15,11 @@ c10::intrusive_ptr<c10d::Backend> make_gloo_backend(const c10::intrusive_ptr<c10
                                                     int rank, int size,
                                                     std::chrono::milliseconds timeout,
                                                     const std::string& master_addr);
+// "2.28.9": the NCCL this process loaded (its own library, not a header's).
+std::string nccl_version();
+
 c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store,
                                                     int rank, int size,
-                                                    std::chrono::milliseconds timeout);
+                                                    std::chrono::milliseconds timeout, const at::Device& device);
 
 }  // namespace hetpar

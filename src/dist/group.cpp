@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "dist/comm_trace.hpp"
 #include "util/log.hpp"
 
 namespace hetpar {
@@ -31,6 +32,17 @@ Group::Group(std::string name, std::vector<int> ranks, int job_rank,
   if (it == ranks_.end()) throw std::logic_error("rank " + std::to_string(job_rank) + " is not in group " + name_);
   rank_ = static_cast<int>(it - ranks_.begin());
   if (!backend_ && size() > 1) throw std::logic_error("group " + name_ + " has no backend");
+  if (size() > 1) trace_ = CommTrace::for_rank(job_rank);  // a group of one never communicates
+}
+
+int64_t Group::trace(const char* kind, const at::Tensor& tensor, int peer, int tag) const {
+  if (trace_ == nullptr) return -1;
+  TraceOp op{name_, ranks_, kind};
+  if (peer >= 0) op.peer = ranks_[peer];
+  op.tag = tag;
+  op.count = tensor.defined() ? tensor.numel() : 0;
+  op.dtype = tensor.defined() ? std::string(c10::toString(tensor.scalar_type())) : "";
+  return trace_->record(op);
 }
 
 void Group::fail(const char* call, const std::string& why) const {
@@ -38,7 +50,8 @@ void Group::fail(const char* call, const std::string& why) const {
                                     name_, rank_, size(), fmt::join(ranks_, ","), why));
 }
 
-void Group::wait(const c10::intrusive_ptr<c10d::Work>& work, const char* call) const {
+void Group::wait(const c10::intrusive_ptr<c10d::Work>& work, const char* call, int64_t trace_id) const {
+  if (trace_id >= 0) trace_->waited(trace_id);  // before blocking: a hung run's trace shows the wait
   try {
     if (!work->wait(timeout_)) fail(call, "timed out");
   } catch (const CollectiveError&) {
@@ -58,7 +71,8 @@ void Group::all_reduce(at::Tensor& tensor, ReduceOp op) {
   c10d::AllreduceOptions opts;
   opts.reduceOp = to_c10d(op);
   opts.timeout = timeout_;
-  wait(backend_->allreduce(tensors, opts), "all_reduce");
+  const int64_t id = trace("all_reduce", tensor);
+  wait(backend_->allreduce(tensors, opts), "all_reduce", id);
 }
 
 at::Tensor Group::all_gather(const at::Tensor& tensor) {
@@ -70,7 +84,8 @@ at::Tensor Group::all_gather(const at::Tensor& tensor) {
   at::Tensor output = at::empty(shape, input.options());
   c10d::AllgatherOptions opts;
   opts.timeout = timeout_;
-  wait(backend_->_allgather_base(output, input, opts), "all_gather");
+  const int64_t id = trace("all_gather", input);
+  wait(backend_->_allgather_base(output, input, opts), "all_gather", id);
   return output;
 }
 
@@ -86,7 +101,8 @@ at::Tensor Group::reduce_scatter(const at::Tensor& tensor) {
   at::Tensor output = at::empty(shape, input.options());
   c10d::ReduceScatterOptions opts;
   opts.timeout = timeout_;
-  wait(backend_->_reduce_scatter_base(output, input, opts), "reduce_scatter");
+  const int64_t id = trace("reduce_scatter", input);
+  wait(backend_->_reduce_scatter_base(output, input, opts), "reduce_scatter", id);
   return output;
 }
 
@@ -108,7 +124,8 @@ at::Tensor Group::all_to_all_v(const at::Tensor& input, const std::vector<int64_
   std::vector<int64_t> out_counts = recv_rows, in_counts = send_rows;  // c10d takes them mutable
   c10d::AllToAllOptions opts;
   opts.timeout = timeout_;
-  wait(backend_->alltoall_base(output, in, out_counts, in_counts, opts), "all_to_all_v");
+  const int64_t id = trace("all_to_all_v", in);
+  wait(backend_->alltoall_base(output, in, out_counts, in_counts, opts), "all_to_all_v", id);
   return output;
 }
 
@@ -119,7 +136,8 @@ void Group::broadcast(at::Tensor& tensor, int root) {
   c10d::BroadcastOptions opts;
   opts.rootRank = root;
   opts.timeout = timeout_;
-  wait(backend_->broadcast(tensors, opts), "broadcast");
+  const int64_t id = trace("broadcast", tensor);
+  wait(backend_->broadcast(tensors, opts), "broadcast", id);
 }
 
 void Group::send(const at::Tensor& tensor, int dst, int tag) { isend(tensor, dst, tag).wait(); }
@@ -132,18 +150,20 @@ void Group::recv(at::Tensor& tensor, int src, int tag) {
 Group::Pending Group::isend(const at::Tensor& tensor, int dst, int tag) {
   check_peer(dst, "send");
   std::vector<at::Tensor> tensors{tensor.contiguous()};
-  return Pending(this, backend_->send(tensors, dst, tag), tensors[0], "send");
+  const int64_t id = trace("send", tensors[0], dst, tag);
+  return Pending(this, backend_->send(tensors, dst, tag), tensors[0], "send", id);
 }
 
 Group::Pending Group::irecv(at::Tensor buffer, int src, int tag) {
   check_peer(src, "recv");
   if (!buffer.is_contiguous()) fail("recv", "the receive buffer must be contiguous");
   std::vector<at::Tensor> tensors{buffer};
-  return Pending(this, backend_->recv(tensors, src, tag), buffer, "recv");
+  const int64_t id = trace("recv", buffer, src, tag);
+  return Pending(this, backend_->recv(tensors, src, tag), buffer, "recv", id);
 }
 
 at::Tensor Group::Pending::wait() {
-  if (work_) group_->wait(work_, call_);
+  if (work_) group_->wait(work_, call_, trace_id_);
   work_.reset();
   return buffer_;
 }
@@ -152,7 +172,8 @@ void Group::barrier() {
   if (size() == 1) return;
   c10d::BarrierOptions opts;
   opts.timeout = timeout_;
-  wait(backend_->barrier(opts), "barrier");
+  const int64_t id = trace("barrier", at::Tensor());
+  wait(backend_->barrier(opts), "barrier", id);
 }
 
 }  // namespace hetpar

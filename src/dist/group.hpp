@@ -14,6 +14,8 @@
 
 namespace hetpar {
 
+class CommTrace;
+
 class CollectiveError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
@@ -51,21 +53,25 @@ class Group {
   // until wait(), which is bounded by the group's timeout.
   class Pending {
    public:
-    Pending(const Group* group, c10::intrusive_ptr<c10d::Work> work, at::Tensor buffer, const char* call)
-        : group_(group), work_(std::move(work)), buffer_(std::move(buffer)), call_(call) {}
+    Pending(const Group* group, c10::intrusive_ptr<c10d::Work> work, at::Tensor buffer, const char* call,
+            int64_t trace_id = -1)
+        : group_(group), work_(std::move(work)), buffer_(std::move(buffer)), call_(call), trace_id_(trace_id) {}
     at::Tensor wait();  // the buffer: for a receive, the data received
    private:
     const Group* group_;
     c10::intrusive_ptr<c10d::Work> work_;
     at::Tensor buffer_;
     const char* call_;
+    int64_t trace_id_;  // the op's index in the communication trace, -1 when off
   };
   Pending isend(const at::Tensor& tensor, int dst, int tag);
   Pending irecv(at::Tensor buffer, int src, int tag);
   void barrier();
 
  private:
-  void wait(const c10::intrusive_ptr<c10d::Work>& work, const char* call) const;
+  void wait(const c10::intrusive_ptr<c10d::Work>& work, const char* call, int64_t trace_id) const;
+  // Records a call in the communication trace (dist/comm_trace.hpp); -1 when off.
+  int64_t trace(const char* kind, const at::Tensor& tensor, int peer = -1, int tag = 0) const;
   void check_peer(int peer, const char* call) const;
   [[noreturn]] void fail(const char* call, const std::string& why) const;
 
@@ -74,6 +80,7 @@ class Group {
   int rank_ = 0;
   c10::intrusive_ptr<c10d::Backend> backend_;
   std::chrono::milliseconds timeout_;
+  CommTrace* trace_ = nullptr;  // null unless tracing is on
 };
 
 }  // namespace hetpar

@@ -31,11 +31,13 @@ std::optional<LaunchEnv> read_launch_env() {
     e.rank = env_int("RANK", 0);
     e.world_size = env_int("WORLD_SIZE", 1);
     e.local_rank = env("LOCAL_RANK") ? env_int("LOCAL_RANK", 0) : 0;
+    e.local_world_size = env("LOCAL_WORLD_SIZE") ? env_int("LOCAL_WORLD_SIZE", 1) : 0;
     e.launcher = env(kLocalLauncherVar) ? "local" : "torchrun";
   } else if (env("SLURM_PROCID") && env("SLURM_NTASKS")) {
     e.rank = env_int("SLURM_PROCID", 0);
     e.world_size = env_int("SLURM_NTASKS", 1);
     e.local_rank = env("SLURM_LOCALID") ? env_int("SLURM_LOCALID", 0) : 0;
+    e.local_world_size = env("SLURM_NTASKS_PER_NODE") ? env_int("SLURM_NTASKS_PER_NODE", 1) : 0;
     e.launcher = "slurm";
   } else {
     return std::nullopt;

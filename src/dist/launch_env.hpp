@@ -11,6 +11,7 @@ struct LaunchEnv {
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;
+  int local_world_size = 0;  // ranks on this node; 0 when the launcher does not say
   std::string master_addr = "127.0.0.1";
   int master_port = 0;
   // A launcher agent hosts the store (torchrun's agent store, hetpar's local

@@ -51,6 +51,7 @@ JobGroups::JobGroups(Runtime& runtime, const ModulePlacement& placement)
   runtime.create_groups(group_specs(placement));
   bind(runtime, encoder_);
   bind(runtime, llm_);
+  p2p_ = std::make_unique<P2pGroups>(runtime, placement);
 }
 
 void JobGroups::bind(Runtime& runtime, ModuleGroups& m) {

@@ -2,10 +2,12 @@
 #pragma once
 
 #include <array>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "dist/p2p_groups.hpp"
 #include "dist/runtime.hpp"
 #include "parallel/placement.hpp"
 #include "parallel/rank_grid.hpp"
@@ -47,6 +49,8 @@ class JobGroups {
   const ModulePlacement& placement() const { return placement_; }
   ModuleGroups& encoder() { return encoder_; }
   ModuleGroups& llm() { return llm_; }
+  // The point-to-point links of the step schedules, made after the groups above.
+  Group& p2p(P2pLink link) { return p2p_->get(link); }
 
  private:
   void bind(Runtime& runtime, ModuleGroups& module);
@@ -54,6 +58,7 @@ class JobGroups {
   ModulePlacement placement_;
   ModuleGroups encoder_;
   ModuleGroups llm_;
+  std::unique_ptr<P2pGroups> p2p_;
 };
 
 }  // namespace hetpar

@@ -3,7 +3,6 @@
 #include <csignal>
 
 #include <ATen/Parallel.h>
-#include <ATen/Context.h>
 #include <fmt/ranges.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -18,14 +17,14 @@
 namespace hetpar {
 namespace {
 
-std::string resolve_backend(const std::string& requested) {
-  const bool gpu = at::hasCUDA();
-  if (requested == "auto") return gpu ? "nccl" : "gloo";
-  if (requested == "nccl" && !gpu) {
-    throw std::runtime_error("runtime.backend = \"nccl\" needs a CUDA device, and none is visible");
-  }
+// "auto" follows the rank's device: NCCL for CUDA tensors, Gloo for host ones.
+std::string resolve_backend(const std::string& requested, const at::Device& device) {
+  if (requested == "auto") return device.is_cuda() ? "nccl" : "gloo";
   if (requested != "gloo" && requested != "nccl") {
     throw std::runtime_error("unknown runtime.backend \"" + requested + "\"");
+  }
+  if (requested == "nccl" && !device.is_cuda()) {
+    throw std::runtime_error("runtime.backend = \"nccl\" needs the rank's CUDA device (select_device) first");
   }
   return requested;
 }
@@ -39,7 +38,7 @@ std::vector<int> iota_ranks(int n) {
 }  // namespace
 
 Runtime::Runtime(const LaunchEnv& env, const RuntimeOptions& options)
-    : env_(env), options_(options), backend_(resolve_backend(options.backend)) {
+    : env_(env), options_(options), backend_(resolve_backend(options.backend, options.device)) {
   // A write to a lost peer's socket must fail as an error (a collective
   // failure the rank reports), not kill the rank with SIGPIPE and hide the culprit.
   std::signal(SIGPIPE, SIG_IGN);
@@ -65,24 +64,34 @@ Runtime::Runtime(const LaunchEnv& env, const RuntimeOptions& options)
   }
   // Namespaced so a torchrun agent store shared by restarts stays clean.
   store_ = c10::make_intrusive<c10d::PrefixStore>("hetpar", store_);
-  world_ = make_group({"world", iota_ranks(env.world_size)}, 0);
+  world_ = make_group({"world", iota_ranks(env.world_size)}, "group0");
   known_[world_->ranks()] = 0;
 }
 
-Runtime::~Runtime() = default;
+Runtime::~Runtime() {
+  if (backend_ != "nccl") return;  // Gloo's destructors need no agreed order
+  for (const auto& b : backends_) {
+    try {
+      b->shutdown();
+    } catch (const std::exception& e) {
+      log_error("shutting down a {} communicator failed: {}", backend_, error_message(e));
+    }
+  }
+}
 
-std::unique_ptr<Group> Runtime::make_group(const GroupSpec& spec, int index) {
+std::unique_ptr<Group> Runtime::make_group(const GroupSpec& spec, const std::string& store_prefix) {
   const auto it = std::find(spec.ranks.begin(), spec.ranks.end(), env_.rank);
   const int size = static_cast<int>(spec.ranks.size());
   c10::intrusive_ptr<c10d::Backend> backend;
   if (size > 1) {
     const int rank_in_group = static_cast<int>(it - spec.ranks.begin());
-    auto store = c10::make_intrusive<c10d::PrefixStore>(fmt::format("group{}", index), store_);
+    auto store = c10::make_intrusive<c10d::PrefixStore>(store_prefix, store_);
     try {
       backend = backend_ == "nccl"
-                    ? make_nccl_backend(store, rank_in_group, size, options_.timeout)
+                    ? make_nccl_backend(store, rank_in_group, size, options_.timeout, options_.device)
                     : make_gloo_backend(store, rank_in_group, size, options_.timeout,
                                         env_.master_addr);
+      backends_.push_back(backend);
     } catch (const std::exception& e) {
       throw CollectiveError(fmt::format("creating {} group {} over ranks [{}] failed: {} (a rank that never "
                                         "joined within runtime.timeout_s: were all {} ranks started?)",
@@ -129,9 +138,17 @@ void Runtime::create_groups(const std::vector<GroupSpec>& specs) {
     const int index = static_cast<int>(known_.size());
     known_[s.ranks] = index;
     if (std::binary_search(s.ranks.begin(), s.ranks.end(), env_.rank)) {
-      groups_[s.ranks] = make_group(s, index);
+      groups_[s.ranks] = make_group(s, fmt::format("group{}", index));
     }
   }
+}
+
+Group& Runtime::create_separate_group(const GroupSpec& spec) {
+  if (!std::binary_search(spec.ranks.begin(), spec.ranks.end(), env_.rank)) {
+    throw std::logic_error(fmt::format("rank {} is not in group {}", env_.rank, spec.name));
+  }
+  separate_.push_back(make_group(spec, fmt::format("separate{}", separate_.size())));
+  return *separate_.back();
 }
 
 Group& Runtime::group(const std::vector<int>& ranks) {

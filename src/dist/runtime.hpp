@@ -2,6 +2,7 @@
 // every sub-group, created eagerly and in one agreed order on every rank.
 #pragma once
 
+#include <c10/core/Device.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <chrono>
@@ -16,7 +17,10 @@
 namespace hetpar {
 
 struct RuntimeOptions {
-  std::string backend = "auto";  // "auto" | "gloo" | "nccl"
+  std::string backend = "auto";  // "auto" (nccl on a CUDA device, else gloo) | "gloo" | "nccl"
+  // NCCL: the GPU this rank's communicators are bound to (dist/device.hpp
+  // made it current); every group connects eagerly, in the global order.
+  at::Device device{at::kCPU};
   std::chrono::milliseconds timeout{60'000};
   int intra_op_threads = 1;
 };
@@ -30,6 +34,8 @@ class Runtime {
  public:
   // Rendezvous through the job's TCPStore and creates the world group.
   Runtime(const LaunchEnv& env, const RuntimeOptions& options);
+  // Shuts every communicator down, in the order they were created (the same
+  // on every rank), before the store goes: NCCL aborts otherwise.
   ~Runtime();
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
@@ -38,6 +44,7 @@ class Runtime {
   int world_size() const { return env_.world_size; }
   const std::string& backend() const { return backend_; }  // resolved: "gloo" or "nccl"
   std::chrono::milliseconds timeout() const { return options_.timeout; }
+  const at::Device& device() const { return options_.device; }
   Group& world() { return *world_; }
 
   // Every rank calls this with the same list in the same order (checked
@@ -48,10 +55,14 @@ class Runtime {
   // The group over exactly these ranks; throws if it was never created or
   // this rank is not in it.
   Group& group(const std::vector<int>& ranks);
+  // A group with a communicator of its own even where another group has the
+  // same ranks (the point-to-point links, dist/p2p_groups.hpp). Every rank of
+  // the world calls it, in the same order; this rank must be a member.
+  Group& create_separate_group(const GroupSpec& spec);
 
  private:
   void check_same_list_everywhere(const std::vector<GroupSpec>& specs);
-  std::unique_ptr<Group> make_group(const GroupSpec& spec, int index);
+  std::unique_ptr<Group> make_group(const GroupSpec& spec, const std::string& store_prefix);
 
   LaunchEnv env_;
   RuntimeOptions options_;
@@ -60,6 +71,8 @@ class Runtime {
   std::unique_ptr<Group> world_;
   std::map<std::vector<int>, std::unique_ptr<Group>> groups_;  // groups this rank is in
   std::map<std::vector<int>, int> known_;                      // every rank set created
+  std::vector<std::unique_ptr<Group>> separate_;                // create_separate_group's
+  std::vector<c10::intrusive_ptr<c10d::Backend>> backends_;    // this rank's, in creation order
   int create_calls_ = 0;
 };
 

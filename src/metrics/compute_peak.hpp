@@ -4,6 +4,8 @@
 // so it includes the contention the run itself will see).
 #pragma once
 
+#include <c10/core/Device.h>
+
 #include <string>
 
 namespace hetpar {
@@ -15,6 +17,11 @@ struct ComputePeak {
 
 // GEMM FLOP/s of this process, fp32 or bf16: square matmuls for about `seconds`.
 double measure_cpu_gemm_flops(double seconds = 0.3, bool bf16 = false);
+
+// A GPU's dense peak for the precision its matmuls run in (bf16, TF32 or
+// fp32) from metrics/device_peaks.hpp; for a GPU the table lacks, the rate
+// of large matmuls measured on it (a lower bound, and said so in `source`).
+ComputePeak gpu_peak(const c10::Device& device, bool bf16, bool tf32);
 
 // A readable name of this machine's CPU ("cpu: <model name>").
 std::string cpu_device_name();

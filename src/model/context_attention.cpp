@@ -50,7 +50,8 @@ at::Tensor context_parallel_attention(const at::Tensor& q, const at::Tensor& k, 
   // K and V in one collective, sequence first: [S_local, 2, B, H_kv, d] -> the whole sequence in position order.
   const at::Tensor kv_local = at::stack({k, v}).permute({3, 0, 1, 2, 4});
   const at::Tensor gathered = AllGatherFwdReduceScatterBwd::apply(kv_local, &cp);
-  const at::Tensor kv = gathered.index_select(0, gathered_row_of_position(chunk, cp.size())).permute({1, 2, 3, 0, 4});
+  const at::Tensor order = gathered_row_of_position(chunk, cp.size()).to(q.device(), /*non_blocking=*/true);
+  const at::Tensor kv = gathered.index_select(0, order).permute({1, 2, 3, 0, 4});
   const at::Tensor keys = kv.select(0, 0), values = kv.select(0, 1);  // [B, H_kv, S, d]
 
   // Each local chunk attends to the keys up to its own end; the diagonal block is causal by position.
@@ -58,8 +59,9 @@ at::Tensor context_parallel_attention(const at::Tensor& q, const at::Tensor& k, 
   for (int half = 0; half < 2; ++half) {
     const int64_t g = half == 0 ? cp.rank() : 2 * cp.size() - 1 - cp.rank();
     const int64_t key_count = (g + 1) * chunk;
-    const at::Tensor query_pos = at::arange(g * chunk, key_count, at::kLong).unsqueeze(1);
-    const at::Tensor mask = at::arange(key_count, at::kLong).unsqueeze(0) <= query_pos;  // [chunk, key_count]
+    const auto on_device = at::TensorOptions(at::kLong).device(q.device());
+    const at::Tensor query_pos = at::arange(g * chunk, key_count, on_device).unsqueeze(1);
+    const at::Tensor mask = at::arange(key_count, on_device).unsqueeze(0) <= query_pos;  // [chunk, key_count]
     outputs.push_back(at::scaled_dot_product_attention(q.narrow(2, half * chunk, chunk), keys.narrow(2, 0, key_count),
                                                        values.narrow(2, 0, key_count), mask, 0.0, false,
                                                        std::nullopt, gqa));

@@ -38,7 +38,10 @@ LlamaModel::LlamaModel(const LlmConfig& c, uint64_t seed, Group& tp, Group* cp, 
     const std::string name = "llm.layers." + std::to_string(i);
     blocks_.push_back(layers->register_module(std::to_string(i), std::make_shared<LlamaBlock>(c, name, seed, tp, cp_)));
   }
-  std::tie(rope_cos_, rope_sin_) = rope_tables(c.seq_len, c.hidden / c.heads, c.rope_theta);
+  // Buffers, so that moving the model to its device moves them too.
+  auto [cos, sin] = rope_tables(c.seq_len, c.hidden / c.heads, c.rope_theta);
+  rope_cos_ = register_buffer("rope_cos", cos);
+  rope_sin_ = register_buffer("rope_sin", sin);
   if (stage != stages - 1) return;
   norm_ = register_module("norm", std::make_shared<RMSNorm>(c.hidden, c.norm_eps));
   LinearSpec head;
@@ -66,7 +69,7 @@ at::Tensor LlamaModel::blocks(const at::Tensor& input) {
   const int64_t s = input.size(1);
   at::Tensor cos = rope_cos_.narrow(0, 0, s), sin = rope_sin_.narrow(0, 0, s);
   if (cp_ != nullptr) {
-    const at::Tensor positions = cp_positions(s * cp_->size(), cp_->rank(), cp_->size());
+    const at::Tensor positions = cp_positions(s * cp_->size(), cp_->rank(), cp_->size()).to(rope_cos_.device());
     cos = rope_cos_.index_select(0, positions);
     sin = rope_sin_.index_select(0, positions);
   }

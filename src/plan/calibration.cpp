@@ -1,6 +1,7 @@
 #include "plan/calibration.hpp"
 
 #include <ATen/ATen.h>
+#include <c10/cuda/CUDAFunctions.h>
 
 #include <algorithm>
 #include <chrono>
@@ -16,23 +17,33 @@ using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
+// A GPU only queues work: its timings start and end on an idle device.
+void sync(const c10::Device& device) {
+  if (device.is_cuda()) c10::cuda::device_synchronize();
+}
+
 // Seconds per call of FN: one warm-up call, then three trials of calls for
 // `seconds` each (at least three calls); the fastest trial's mean, since a
 // shared machine only ever adds time.
-double seconds_per_call(const std::function<void()>& fn, double seconds) {
+double seconds_per_call(const std::function<void()>& fn, const CalibrationOptions& o) {
   fn();
   double best = std::numeric_limits<double>::infinity();
   for (int trial = 0; trial < 3; ++trial) {
     int calls = 0;
+    sync(o.device);
     const auto start = Clock::now();
     do {
       fn();
       ++calls;
-    } while (calls < 3 || since(start) < seconds);
+      if (calls % 8 == 0) sync(o.device);  // the host must not run far ahead of what it times
+    } while (calls < 3 || since(start) < o.seconds_per_point);
+    sync(o.device);
     best = std::min(best, since(start) / calls);
   }
   return best;
 }
+
+at::TensorOptions on(const CalibrationOptions& o) { return at::TensorOptions(o.dtype()).device(o.device); }
 
 std::vector<int64_t> sizes(bool quick, std::vector<int64_t> quick_set, std::vector<int64_t> full_set) {
   return quick ? quick_set : full_set;
@@ -42,13 +53,15 @@ std::vector<int64_t> sizes(bool quick, std::vector<int64_t> quick_set, std::vect
 
 nlohmann::json measure_gemm(const CalibrationOptions& o) {
   nlohmann::json out = nlohmann::json::array();
-  const std::vector<int64_t> dims = sizes(o.quick, {64, 256}, {64, 256, 1024});
+  const bool gpu = o.device.is_cuda();
+  const std::vector<int64_t> dims = gpu ? sizes(o.quick, {256, 2048}, {256, 1024, 4096, 8192})
+                                        : sizes(o.quick, {64, 256}, {64, 256, 1024});
   for (int64_t m : dims) {
     for (int64_t n : dims) {
       for (int64_t k : dims) {
-        const at::Tensor a = at::rand({m, k}), b = at::rand({k, n});
-        at::Tensor c = at::empty({m, n});
-        const double s = seconds_per_call([&] { at::mm_out(c, a, b); }, o.seconds_per_point);
+        const at::Tensor a = at::rand({m, k}, on(o)), b = at::rand({k, n}, on(o));
+        at::Tensor c = at::empty({m, n}, on(o));
+        const double s = seconds_per_call([&] { at::mm_out(c, a, b); }, o);
         out.push_back({{"m", m}, {"n", n}, {"k", k}, {"flops_per_second", 2.0 * m * n * k / s}});
       }
     }
@@ -58,16 +71,19 @@ nlohmann::json measure_gemm(const CalibrationOptions& o) {
 
 nlohmann::json measure_attention(const CalibrationOptions& o) {
   nlohmann::json out = nlohmann::json::array();
-  constexpr int64_t kHeads = 4;
+  const bool gpu = o.device.is_cuda();
+  const int64_t kHeads = gpu ? 16 : 4;
   // The trainer's two calls: all heads their own keys (the encoder; a fused
   // kernel on CPU), and grouped-query heads, two to a key head (the LLM; on
   // CPU an unfused path, much slower at the same FLOPs). Sequences from an
   // image's patches to a long text.
   const auto measure = [&](int64_t seq, int64_t d, bool causal, int64_t kv_heads) {
-    const at::Tensor q = at::randn({1, kHeads, seq, d}).requires_grad_();
-    const at::Tensor k = at::randn({1, kv_heads, seq, d}).requires_grad_();
-    const at::Tensor v = at::randn({1, kv_heads, seq, d}).requires_grad_();
-    const at::Tensor grad = at::randn({1, kHeads, seq, d});
+    // A GPU gets a batch of 16k tokens, about a micro-batch of real work.
+    const int64_t batch = gpu ? std::max<int64_t>(1, 16384 / seq) : 1;
+    const at::Tensor q = at::randn({batch, kHeads, seq, d}, on(o)).requires_grad_();
+    const at::Tensor k = at::randn({batch, kv_heads, seq, d}, on(o)).requires_grad_();
+    const at::Tensor v = at::randn({batch, kv_heads, seq, d}, on(o)).requires_grad_();
+    const at::Tensor grad = at::randn({batch, kHeads, seq, d}, on(o));
     const bool grouped = kv_heads != kHeads;
     const auto call = [&] { return at::scaled_dot_product_attention(q, k, v, {}, 0.0, causal, std::nullopt, grouped); };
     const double forward = seconds_per_call(
@@ -75,17 +91,19 @@ nlohmann::json measure_attention(const CalibrationOptions& o) {
           at::NoGradGuard no_grad;
           call();
         },
-        o.seconds_per_point);
-    const double both = seconds_per_call([&] { call().backward(grad); }, o.seconds_per_point);
+        o);
+    const double both = seconds_per_call([&] { call().backward(grad); }, o);
     // Q K^T and P V: 2 matmuls of seq x seq x d per head, halved when causal.
-    const double flops = 4.0 * kHeads * seq * seq * d * (causal ? 0.5 : 1.0);
-    out.push_back({{"batch", 1}, {"heads", kHeads}, {"kv_heads", kv_heads}, {"seq", seq}, {"head_dim", d},
+    const double flops = 4.0 * batch * kHeads * seq * seq * d * (causal ? 0.5 : 1.0);
+    out.push_back({{"batch", batch}, {"heads", kHeads}, {"kv_heads", kv_heads}, {"seq", seq}, {"head_dim", d},
                    {"causal", causal}, {"forward_seconds", forward},
                    {"backward_seconds", std::max(both - forward, 0.0)},
                    {"forward_flops_per_second", flops / forward}});
   };
-  for (int64_t seq : sizes(o.quick, {64, 256}, {64, 128, 512, 1024})) {
-    for (int64_t d : sizes(o.quick, {32}, {32, 64, 128})) {
+  const std::vector<int64_t> seqs = gpu ? sizes(o.quick, {256, 1024}, {256, 576, 1024, 2048, 4096, 8192})
+                                        : sizes(o.quick, {64, 256}, {64, 128, 512, 1024});
+  for (int64_t seq : seqs) {
+    for (int64_t d : gpu ? sizes(o.quick, {64}, {64, 128}) : sizes(o.quick, {32}, {32, 64, 128})) {
       for (bool causal : {true, false}) measure(seq, d, causal, kHeads);
       measure(seq, d, true, kHeads / 2);
     }
@@ -95,12 +113,15 @@ nlohmann::json measure_attention(const CalibrationOptions& o) {
 
 nlohmann::json measure_memory_bound(const CalibrationOptions& o) {
   nlohmann::json out = nlohmann::json::array();
-  constexpr int64_t kHidden = 256;
-  for (int64_t elements : sizes(o.quick, {1 << 16}, {1 << 16, 1 << 20, 1 << 23})) {
-    const at::Tensor x = at::randn({elements / kHidden, kHidden}), y = at::randn({elements / kHidden, kHidden});
-    const at::Tensor w = at::ones({kHidden}), b = at::zeros({kHidden});
+  const bool gpu = o.device.is_cuda();
+  const int64_t kHidden = gpu ? 4096 : 256;
+  const std::vector<int64_t> counts = gpu ? sizes(o.quick, {1 << 20}, {1 << 20, 1 << 23, 1 << 26, 1 << 28})
+                                          : sizes(o.quick, {1 << 16}, {1 << 16, 1 << 20, 1 << 23});
+  for (int64_t elements : counts) {
+    const at::Tensor x = at::randn({elements / kHidden, kHidden}, on(o)), y = at::randn({elements / kHidden, kHidden}, on(o));
+    const at::Tensor w = at::ones({kHidden}, on(o)), b = at::zeros({kHidden}, on(o));
     at::Tensor z = at::empty_like(x);
-    const double bytes_in = 4.0 * static_cast<double>(elements);
+    const double bytes_in = static_cast<double>(c10::elementSize(o.dtype()) * elements);
     // Each op with the bytes it must move: inputs read once, output written once.
     const std::vector<std::tuple<const char*, double, std::function<void()>>> ops = {
         {"add", 3 * bytes_in, [&] { at::add_out(z, x, y); }},
@@ -108,7 +129,7 @@ nlohmann::json measure_memory_bound(const CalibrationOptions& o) {
         {"rms_norm", 2 * bytes_in, [&] { z = at::rms_norm(x, {kHidden}, w, 1e-5); }},
         {"layer_norm", 2 * bytes_in, [&] { z = at::layer_norm(x, {kHidden}, w, b, 1e-6); }}};
     for (const auto& [name, bytes, fn] : ops) {
-      const double s = seconds_per_call(fn, o.seconds_per_point);
+      const double s = seconds_per_call(fn, o);
       out.push_back({{"op", name}, {"elements", elements}, {"bytes", bytes}, {"bytes_per_second", bytes / s}});
     }
   }
@@ -132,7 +153,9 @@ nlohmann::json measure_collectives(Runtime& runtime, const CalibrationOptions& o
   }
   runtime.create_groups(specs);
   const int calls = o.quick ? 3 : 10;
-  const std::vector<int64_t> message_bytes = sizes(o.quick, {16 << 10, 1 << 20}, {4 << 10, 64 << 10, 1 << 20, 8 << 20});
+  const std::vector<int64_t> message_bytes =
+      o.device.is_cuda() ? sizes(o.quick, {1 << 20, 64 << 20}, {64 << 10, 1 << 20, 16 << 20, 256 << 20})
+                         : sizes(o.quick, {16 << 10, 1 << 20}, {4 << 10, 64 << 10, 1 << 20, 8 << 20});
   nlohmann::json out = nlohmann::json::array();
   // Seconds of one `body` on the group: every rank takes part in the barriers
   // and the max, members run it. A batch takes as long as its slowest member;
@@ -141,14 +164,16 @@ nlohmann::json measure_collectives(Runtime& runtime, const CalibrationOptions& o
     if (member) body();  // warm-up
     double best = std::numeric_limits<double>::infinity();
     for (int batch = 0; batch < 3; ++batch) {
+      sync(o.device);
       runtime.world().barrier();
       double seconds = 0;
       if (member) {
         const auto start = Clock::now();
         for (int i = 0; i < calls; ++i) body();
+        sync(o.device);
         seconds = since(start) / calls;
       }
-      at::Tensor slowest = at::full({1}, seconds, at::kDouble);
+      at::Tensor slowest = at::full({1}, seconds, at::TensorOptions(at::kDouble).device(o.device));
       runtime.world().all_reduce(slowest, ReduceOp::kMax);
       best = std::min(best, slowest.item<double>());
     }
@@ -158,8 +183,8 @@ nlohmann::json measure_collectives(Runtime& runtime, const CalibrationOptions& o
   // communication threads then wait for a core and the ranks arrive apart.
   // In context, each call follows a few GEMMs (about what a small layer does
   // between two all-reduces); the GEMMs' own time is measured and taken off.
-  const at::Tensor a = at::randn({256, 256}), b = at::randn({256, 256});
-  at::Tensor c = at::empty({256, 256});
+  const at::Tensor a = at::randn({256, 256}, on(o)), b = at::randn({256, 256}, on(o));
+  at::Tensor c = at::empty({256, 256}, on(o));
   const auto compute = [&] {
     for (int i = 0; i < 4; ++i) at::mm_out(c, a, b);
   };
@@ -185,7 +210,7 @@ nlohmann::json measure_collectives(Runtime& runtime, const CalibrationOptions& o
       std::vector<std::pair<double, double>> points, in_context;
       for (int64_t bytes : message_bytes) {
         const int64_t rows = std::max<int64_t>(1, bytes / 4 / 64 / g) * g;  // [rows, 64] floats, rows divisible by g
-        const at::Tensor full = at::randn({rows, 64});
+        const at::Tensor full = at::randn({rows, 64}, at::TensorOptions(at::kFloat).device(o.device));
         std::function<void()> call;
         if (op == "all_reduce") {
           call = [&] {

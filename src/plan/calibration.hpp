@@ -26,6 +26,10 @@ namespace hetpar {
 struct CalibrationOptions {
   bool quick = false;              // a small grid (tests): seconds instead of minutes
   double seconds_per_point = 0.05; // least time of each of a point's three trials
+  // Where the compute runs: the CPU in fp32 (one thread), or a GPU in bf16
+  // with shapes the size of a GPU's work (each timing ends with a device sync).
+  c10::Device device{c10::kCPU};
+  at::ScalarType dtype() const { return device.is_cuda() ? at::kBFloat16 : at::kFloat; }
 };
 
 // Compute primitives of this process (one rank, its intra-op threads).
@@ -33,7 +37,7 @@ nlohmann::json measure_gemm(const CalibrationOptions& options);
 nlohmann::json measure_attention(const CalibrationOptions& options);
 nlohmann::json measure_memory_bound(const CalibrationOptions& options);
 
-// Every rank of RUNTIME calls this: for each group size 2, 4, ... up to the
+// Every rank of RUNTIME calls this (on its device; NCCL on GPUs): for each group size 2, 4, ... up to the
 // world (the first g ranks; the others wait), each collective the trainer
 // uses at several message sizes. The result (meaningful on rank 0) is the
 // "collectives" section.

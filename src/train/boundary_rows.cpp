@@ -13,11 +13,12 @@ at::Tensor BoundaryRows::forward(int64_t micro, const MicroBatch&) {
   InFlight& f = in_flight_[micro];
   if (encoder_ == nullptr) {
     const MicroBatchRoute route = route_micro_batch(ctx_.data, ctx_.config, ctx_.step, micro);
-    f.own = std::make_unique<BoundaryExchange>(route.plan, ctx_.config.encoder.tokens_per_image(), ctx_.world, -1);
+    f.own = std::make_unique<BoundaryExchange>(route.plan, ctx_.config.encoder.tokens_per_image(), ctx_.world, -1,
+                                               boundary_links(ctx_));
   }
   auto timed = ctx_.timer.measure(Phase::kWait);  // mostly waiting, when the encoder is behind
   f.rows = exchange(micro)
-               .receive_forward(ctx_.config.llm.hidden, data_tag(Channel::kBoundary, micro), ctx_.model.activation_dtype())
+               .receive_forward(ctx_.config.llm.hidden, data_tag(Channel::kBoundary, micro), ctx_.model.activation_options())
                .requires_grad_(true);
   return f.rows;
 }

@@ -21,16 +21,17 @@ void EncoderStage::forward(int64_t micro) {
   InFlight& f = in_flight_[micro];
   f.images = std::count(route.plan.image_encoder_dp.begin(), route.plan.image_encoder_dp.end(), coord_.dp);
   if (last) {
-    f.exchange = std::make_unique<BoundaryExchange>(route.plan, c.encoder.tokens_per_image(), ctx_.world, coord_.dp);
+    f.exchange = std::make_unique<BoundaryExchange>(route.plan, c.encoder.tokens_per_image(), ctx_.world, coord_.dp,
+                                                    boundary_links(ctx_));
   }
-  const auto no_images = [&] { return at::empty({0, c.encoder.patches_per_image(), c.encoder.hidden}, at::kFloat); };
+  const auto no_images = [&] { return at::empty({0, c.encoder.patches_per_image(), c.encoder.hidden}, ctx_.model.options(at::kFloat)); };
   at::Tensor pixels;
   if (first) {
     pixels = assigned_images(ctx_.data, c, route, coord_.dp, ctx_.step);
   } else if (f.images > 0) {
     auto timed = ctx_.timer.measure(Phase::kPipelineWait);
-    at::Tensor h = at::empty({f.images, c.encoder.patches_per_image(), c.encoder.hidden}, at::kFloat);
-    ctx_.world.recv(h, stage_peer(ctx_.groups.encoder(), -1), data_tag(Channel::kEncoderStages, micro));
+    at::Tensor h = at::empty({f.images, c.encoder.patches_per_image(), c.encoder.hidden}, ctx_.model.options(at::kFloat));
+    p2p_group(ctx_, Channel::kEncoderStages, false).recv(h, stage_peer(ctx_.groups.encoder(), -1), data_tag(Channel::kEncoderStages, micro));
     f.input = trains_ ? h.requires_grad_(true) : h;
   } else {
     f.input = no_images();
@@ -44,8 +45,9 @@ void EncoderStage::forward(int64_t micro) {
     auto timed = ctx_.timer.measure(Phase::kBoundaryForward);
     for (Group::Pending& p : f.exchange->post_forward(f.output, data_tag(Channel::kBoundary, micro))) sends_.push_back(std::move(p));
   } else if (f.images > 0) {
-    sends_.push_back(ctx_.world.isend(f.output.detach().to(at::kFloat).contiguous(), stage_peer(ctx_.groups.encoder(), +1),
-                                      data_tag(Channel::kEncoderStages, micro)));
+    sends_.push_back(p2p_group(ctx_, Channel::kEncoderStages, false)
+                         .isend(f.output.detach().to(at::kFloat).contiguous(), stage_peer(ctx_.groups.encoder(), +1),
+                                data_tag(Channel::kEncoderStages, micro)));
   }
 }
 
@@ -56,19 +58,20 @@ void EncoderStage::backward(int64_t micro) {
   at::Tensor grad;
   if (last) {
     auto timed = ctx_.timer.measure(Phase::kWait);  // the LLM's side, across the boundary
-    grad = f.exchange->receive_backward(c.llm.hidden, gradient_tag(Channel::kBoundary, micro), ctx_.model.activation_dtype());
+    grad = f.exchange->receive_backward(c.llm.hidden, gradient_tag(Channel::kBoundary, micro), ctx_.model.activation_options());
   } else if (trains_ && f.images > 0) {
     auto timed = ctx_.timer.measure(Phase::kPipelineWait);
-    grad = at::empty(f.output.sizes(), at::kFloat);
-    ctx_.world.recv(grad, stage_peer(ctx_.groups.encoder(), +1), gradient_tag(Channel::kEncoderStages, micro));
+    grad = at::empty(f.output.sizes(), ctx_.model.options(at::kFloat));
+    p2p_group(ctx_, Channel::kEncoderStages, true).recv(grad, stage_peer(ctx_.groups.encoder(), +1), gradient_tag(Channel::kEncoderStages, micro));
   }
   if (grad.defined()) {
     auto timed = ctx_.timer.measure(Phase::kEncoderBackward);
     backward_if_graph(f.output, grad.to(f.output.scalar_type()));
   }
   if (!first && trains_ && f.images > 0) {
-    sends_.push_back(ctx_.world.isend(grad_or_zeros(f.input).contiguous(), stage_peer(ctx_.groups.encoder(), -1),
-                                      gradient_tag(Channel::kEncoderStages, micro)));
+    sends_.push_back(p2p_group(ctx_, Channel::kEncoderStages, true)
+                         .isend(grad_or_zeros(f.input).contiguous(), stage_peer(ctx_.groups.encoder(), -1),
+                                gradient_tag(Channel::kEncoderStages, micro)));
   }
   in_flight_.erase(micro);
 }

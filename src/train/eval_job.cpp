@@ -6,6 +6,7 @@
 #include "dist/module_groups.hpp"
 #include "interop/hf_llava.hpp"
 #include "io/safetensors.hpp"
+#include "dist/device.hpp"
 #include "train/job_setup.hpp"
 #include "train/multimodal_model.hpp"
 #include "util/log.hpp"
@@ -75,14 +76,17 @@ int64_t batch_sequence_length(const std::string& path) {
 }
 
 int run_eval_job(const RunConfig& config, const LaunchEnv& env, const std::string& init_hf, const std::string& batch) {
-  Runtime runtime(env, runtime_options(config.runtime));
+  const at::Device device = select_device(config, env);
+  Runtime runtime(env, runtime_options(config.runtime, device));
   JobGroups groups(runtime, config.placement);
   Group& encoder_tp = groups.encoder().get(GroupKind::kTp);
   Group& llm_tp = groups.llm().get(GroupKind::kTp);
   MultimodalModel model(config, &encoder_tp, &llm_tp);
+  model.to(device);
   const std::string note = load_hf(model, encoder_tp, llm_tp, init_hf);
   if (runtime.rank() == 0 && !note.empty()) log_info("{}: {}", init_hf, note);
-  const MicroBatch b = read_hf_batch(batch, config);
+  MicroBatch b = read_hf_batch(batch, config);
+  for (at::Tensor* t : {&b.ids, &b.targets, &b.image_mask, &b.pixels}) *t = t->to(device);
   at::NoGradGuard no_grad;
   const double count = (b.targets >= 0).sum().item<double>();
   const double loss = model.loss_sum(b).item<double>() / count;  // every DP replica scores the whole batch

@@ -33,7 +33,7 @@ std::vector<at::Tensor> defined_grads(const std::vector<at::Tensor>& params) {
 // gradients live: one multi-tensor kernel, no read back to the host.
 at::Tensor squared_norm(const std::vector<at::Tensor>& params) {
   const std::vector<at::Tensor> grads = defined_grads(params);
-  if (grads.empty()) return at::zeros({}, at::kDouble);
+  if (grads.empty()) return at::zeros({}, at::TensorOptions(at::kDouble).device(params.empty() ? at::kCPU : params[0].device()));
   return at::stack(at::_foreach_norm(grads, 2)).to(at::kDouble).square().sum();
 }
 
@@ -56,21 +56,24 @@ void all_reduce_gradients(const std::vector<at::Tensor>& params, Group& dp, int6
   reduce_bucket(bucket, dp);
 }
 
-double global_grad_norm(Group& world, const std::vector<NormShare>& shares) {
-  at::Tensor total = at::zeros({1}, at::kDouble);
+at::Tensor global_grad_norm(Group& world, const std::vector<NormShare>& shares, const at::Device& device) {
+  at::Tensor total = at::zeros({1}, at::TensorOptions(at::kDouble).device(device));
   for (const NormShare& s : shares) {
     if (!s.dp_first) continue;
     total += squared_norm(s.params->sharded);
     if (s.tp_first) total += squared_norm(s.params->replicated);
   }
   world.all_reduce(total);
-  return std::sqrt(total.item<double>());  // the one read the clipping decision needs
+  return total.sqrt_();
 }
 
-void clip_gradients(const std::vector<at::Tensor>& params, double norm, double max_norm) {
-  if (max_norm <= 0 || norm <= max_norm) return;
+void clip_gradients(const std::vector<at::Tensor>& params, const at::Tensor& norm, double max_norm) {
+  if (max_norm <= 0) return;
   std::vector<at::Tensor> grads = defined_grads(params);
-  if (!grads.empty()) at::_foreach_mul_(grads, max_norm / (norm + 1e-6));
+  if (grads.empty()) return;
+  // max_norm / (norm + 1e-6) where the norm exceeds max_norm, else exactly 1.
+  const at::Tensor factor = at::where(norm > max_norm, max_norm / (norm + 1e-6), at::ones_like(norm));
+  at::_foreach_mul_(grads, factor.to(grads[0].scalar_type()).squeeze());
 }
 
 double learning_rate(const OptimConfig& o, int64_t step, int64_t total_steps) {

@@ -24,10 +24,13 @@ struct NormShare {
 };
 
 // sqrt of the sum over the whole job; `world` spans every rank.
-double global_grad_norm(Group& world, const std::vector<NormShare>& shares);
+// As a 1-element double tensor on `device`: read back after the step's work,
+// so that computing and applying it never blocks the host.
+at::Tensor global_grad_norm(Group& world, const std::vector<NormShare>& shares, const at::Device& device);
 
 // Scales every gradient by max_norm / norm when norm exceeds it (max_norm > 0).
-void clip_gradients(const std::vector<at::Tensor>& params, double norm, double max_norm);
+// The factor is computed where the gradients are (no read of the norm).
+void clip_gradients(const std::vector<at::Tensor>& params, const at::Tensor& norm, double max_norm);
 
 // Linear warm-up from 0 to lr over warmup_steps, then cosine down to min_lr at
 // total_steps. Steps count from 1.

@@ -8,9 +8,10 @@
 
 namespace hetpar {
 
-inline RuntimeOptions runtime_options(const RuntimeConfig& c) {
+inline RuntimeOptions runtime_options(const RuntimeConfig& c, const at::Device& device) {
   RuntimeOptions options;
   options.backend = c.backend;
+  options.device = device;
   options.timeout = std::chrono::milliseconds(static_cast<int64_t>(c.timeout_s * 1000));
   options.intra_op_threads = static_cast<int>(c.intra_op_threads);
   return options;

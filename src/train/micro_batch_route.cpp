@@ -39,8 +39,8 @@ at::Tensor assigned_images(const SyntheticData& data, const RunConfig& c, const 
     if (plan.image_encoder_dp[j] != encoder_dp) continue;
     pixels.push_back(data.image(step, route.samples[s], index, route.texts[s].image_classes[index]));
   }
-  if (pixels.empty()) return at::zeros({0, c.encoder.channels, c.encoder.image_size, c.encoder.image_size});
-  return at::stack(pixels);
+  if (pixels.empty()) return data.on_device(at::zeros({0, c.encoder.channels, c.encoder.image_size, c.encoder.image_size}));
+  return data.on_device(at::stack(pixels));
 }
 
 }  // namespace hetpar

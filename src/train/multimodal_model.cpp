@@ -54,12 +54,21 @@ MultimodalModel::MultimodalModel(const RunConfig& c, Group* encoder_tp, Group* l
   if (llm_tp) llm = std::make_shared<LlamaModel>(c.llm, c.run.seed, *llm_tp, llm_cp, llm_stage, c.placement.llm.pp);
 }
 
+void MultimodalModel::to(const at::Device& device) {
+  for (torch::nn::Module* module : {static_cast<torch::nn::Module*>(encoder.get()),
+                                    static_cast<torch::nn::Module*>(projector.get()),
+                                    static_cast<torch::nn::Module*>(llm.get())}) {
+    if (module != nullptr) module->to(device);
+  }
+  device_ = device;
+}
+
 at::Tensor MultimodalModel::encode(const at::Tensor& pixels) { return encoder_stage(pixels, at::Tensor()); }
 
 at::Tensor MultimodalModel::encoder_stage(const at::Tensor& pixels, const at::Tensor& hidden) {
   const at::Tensor& input = encoder->first_stage() ? pixels : hidden;
   if (input.size(0) == 0 && encoder_last_stage()) {
-    return at::zeros({0, llm_hidden_}, activation_dtype()).set_requires_grad(true);
+    return at::zeros({0, llm_hidden_}, at::TensorOptions(activation_dtype()).device(device_)).set_requires_grad(true);
   }
   const AutocastScope autocast(bf16_);
   at::Tensor x;

@@ -23,6 +23,11 @@ class MultimodalModel {
   MultimodalModel(const RunConfig& config, Group* encoder_tp, Group* llm_tp, Group* llm_cp = nullptr,
                   int llm_stage = 0, int encoder_stage = 0);
 
+  // Moves every parameter and buffer to `device` (they are drawn on the host,
+  // so every device starts from the same values).
+  void to(const at::Device& device);
+  const at::Device& device() const { return device_; }
+
   // Pixels [K, C, H, W] -> embedding rows [K * tokens_per_image, llm hidden],
   // image by image, in activation_dtype(). No images: an empty leaf that
   // requires grad, so the boundary's backward still runs on this rank.
@@ -67,6 +72,9 @@ class MultimodalModel {
 
   // What the boundary moves: bf16 under run.precision = "bf16", else fp32.
   at::ScalarType activation_dtype() const { return bf16_ ? at::kBFloat16 : at::kFloat; }
+  // Tensors of `dtype` on the model's device (receive buffers, losses).
+  at::TensorOptions options(at::ScalarType dtype) const { return at::TensorOptions(dtype).device(device_); }
+  at::TensorOptions activation_options() const { return options(activation_dtype()); }
 
   std::shared_ptr<VisionEncoder> encoder;  // null where the rank holds no encoder
   std::shared_ptr<GeluMlp> projector;
@@ -76,6 +84,7 @@ class MultimodalModel {
   int64_t llm_hidden_;
   bool encoder_frozen_;
   bool bf16_;  // forwards under bf16 autocast
+  at::Device device_{at::kCPU};
 };
 
 }  // namespace hetpar

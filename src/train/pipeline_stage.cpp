@@ -10,7 +10,7 @@ namespace hetpar {
 
 PipelineStage::PipelineStage(const StepContext& ctx, ImageRows* rows)
     : ctx_(ctx), rows_(rows), coord_(ctx.groups.llm().coord()), stages_(ctx.config.placement.llm.pp),
-      cp_(ctx.groups.llm().get(GroupKind::kCp)), loss_(at::zeros({}, at::kDouble)) {}
+      cp_(ctx.groups.llm().get(GroupKind::kCp)), loss_(at::zeros({}, ctx.model.options(at::kDouble))) {}
 
 void PipelineStage::forward(int64_t micro) {
   const RunConfig& c = ctx_.config;
@@ -24,8 +24,8 @@ void PipelineStage::forward(int64_t micro) {
     image_rows = rows_->forward(micro, whole);
   } else {
     auto timed = ctx_.timer.measure(Phase::kPipelineWait);
-    at::Tensor h = at::empty({f.batch.ids.size(0), f.batch.ids.size(1), c.llm.hidden}, at::kFloat);
-    ctx_.world.recv(h, stage_peer(ctx_.groups.llm(), -1), data_tag(Channel::kLlmStages, micro));
+    at::Tensor h = at::empty({f.batch.ids.size(0), f.batch.ids.size(1), c.llm.hidden}, ctx_.model.options(at::kFloat));
+    p2p_group(ctx_, Channel::kLlmStages, false).recv(h, stage_peer(ctx_.groups.llm(), -1), data_tag(Channel::kLlmStages, micro));
     f.input = hidden = h.requires_grad_(true);
   }
   auto timed = ctx_.timer.measure(Phase::kLlmForward);
@@ -35,8 +35,9 @@ void PipelineStage::forward(int64_t micro) {
     if (coord_.tp == 0) loss_ = loss_ + f.output.detach().to(at::kDouble);
   } else {
     f.output = out;
-    sends_.push_back(ctx_.world.isend(out.detach().to(at::kFloat).contiguous(), stage_peer(ctx_.groups.llm(), +1),
-                                      data_tag(Channel::kLlmStages, micro)));
+    sends_.push_back(p2p_group(ctx_, Channel::kLlmStages, false)
+                         .isend(out.detach().to(at::kFloat).contiguous(), stage_peer(ctx_.groups.llm(), +1),
+                                data_tag(Channel::kLlmStages, micro)));
   }
 }
 
@@ -47,10 +48,10 @@ void PipelineStage::backward(int64_t micro) {
     auto timed = ctx_.timer.measure(Phase::kLlmBackward);
     f.output.backward();
   } else {
-    at::Tensor grad = at::empty(f.output.sizes(), at::kFloat);
+    at::Tensor grad = at::empty(f.output.sizes(), ctx_.model.options(at::kFloat));
     {
       auto timed = ctx_.timer.measure(Phase::kPipelineWait);
-      ctx_.world.recv(grad, stage_peer(ctx_.groups.llm(), +1), gradient_tag(Channel::kLlmStages, micro));
+      p2p_group(ctx_, Channel::kLlmStages, true).recv(grad, stage_peer(ctx_.groups.llm(), +1), gradient_tag(Channel::kLlmStages, micro));
     }
     auto timed = ctx_.timer.measure(Phase::kLlmBackward);
     backward_if_graph(f.output, grad.to(f.output.scalar_type()));
@@ -58,8 +59,9 @@ void PipelineStage::backward(int64_t micro) {
   if (first) {
     rows_->backward(micro);
   } else {
-    sends_.push_back(ctx_.world.isend(grad_or_zeros(f.input).contiguous(), stage_peer(ctx_.groups.llm(), -1),
-                                      gradient_tag(Channel::kLlmStages, micro)));
+    sends_.push_back(p2p_group(ctx_, Channel::kLlmStages, true)
+                         .isend(grad_or_zeros(f.input).contiguous(), stage_peer(ctx_.groups.llm(), -1),
+                                gradient_tag(Channel::kLlmStages, micro)));
   }
   in_flight_.erase(micro);
 }

@@ -7,6 +7,7 @@
 
 #include <thread>
 
+#include "dist/device.hpp"
 #include "metrics/model_flops.hpp"
 #include "parallel/pipeline_schedule.hpp"
 #include "parallel/rank_grid.hpp"
@@ -24,12 +25,16 @@ double encoder_share(const RunConfig& c) {
 
 }  // namespace
 
-RunMetrics::RunMetrics(const RunConfig& config, Runtime& runtime, const SyntheticData& data)
+RunMetrics::RunMetrics(const RunConfig& config, Runtime& runtime, const SyntheticData& data, const at::Device& device)
     : config_(config), data_(data), world_size_(runtime.world_size()), backend_(runtime.backend()),
-      device_(cpu_device_name()) {
-  runtime.world().barrier();  // measure together: the contention the run will see
+      device_meta_(device_metadata(device)) {
   // MFU is against the peak of the precision the matmuls run in.
   const bool bf16 = computes_in_bf16(config);
+  if (device.is_cuda()) {
+    peak_ = gpu_peak(device, bf16, config.runtime.tf32);
+    return;
+  }
+  runtime.world().barrier();  // measure together: the contention the run will see
   at::Tensor rate = at::full({1}, measure_cpu_gemm_flops(0.3, bf16), at::kDouble);
   runtime.world().all_reduce(rate);
   peak_.flops_per_second = rate.item<double>() / world_size_;
@@ -92,11 +97,10 @@ nlohmann::json RunMetrics::metadata() const {
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   const auto& c = config_;
   const int64_t micro_batches = micro_batches_per_step(c);
-  return {{"hetpar_version", build_version()},
+  nlohmann::json meta = {{"hetpar_version", build_version()},
           {"commit", build_commit()},
           {"torch_version", build_torch_version()},
           {"backend", backend_},
-          {"device", device_},
           {"device_count", world_size_},
           {"world_size", world_size_},
           {"cores", cores},
@@ -122,6 +126,8 @@ nlohmann::json RunMetrics::metadata() const {
           {"llm_params", llm_parameters(c.llm)},
           {"encoder_flops_share", encoder_share(c)},
           {"seed", c.run.seed}};
+  meta.update(device_meta_);  // "device" and, on a GPU, its memory, driver, CUDA, NCCL and TF32
+  return meta;
 }
 
 std::string RunMetrics::assumptions() const {

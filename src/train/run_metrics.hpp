@@ -17,8 +17,10 @@ namespace hetpar {
 
 class RunMetrics {
  public:
-  // Collective: every rank measures its compute peak at the same time.
-  RunMetrics(const RunConfig& config, Runtime& runtime, const SyntheticData& data);
+  // On the CPU a collective: every rank measures its compute peak at the same
+  // time. On a GPU the peak is the device's dense figure for the precision in
+  // use (metrics/device_peaks.hpp), measured only for a GPU the table lacks.
+  RunMetrics(const RunConfig& config, Runtime& runtime, const SyntheticData& data, const at::Device& device);
 
   struct StepInputs {
     int64_t step = 0;
@@ -36,7 +38,8 @@ class RunMetrics {
   const RunConfig& config_;
   const SyntheticData& data_;
   int world_size_;
-  std::string backend_, device_;
+  std::string backend_;
+  nlohmann::json device_meta_;  // dist/device.hpp device_metadata
   ComputePeak peak_;
 };
 

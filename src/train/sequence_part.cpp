@@ -8,7 +8,7 @@ namespace hetpar {
 namespace {
 
 at::Tensor positions_of(const at::Tensor& per_position, const Group& cp) {
-  return cp_positions(per_position.size(1), cp.rank(), cp.size());
+  return cp_positions(per_position.size(1), cp.rank(), cp.size()).to(per_position.device(), /*non_blocking=*/true);
 }
 
 }  // namespace

@@ -1,25 +1,19 @@
 #include "train/step_report.hpp"
 
 #include <ATen/ATen.h>
-#include <sys/resource.h>
 
 namespace hetpar {
 
-double peak_resident_bytes() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  return static_cast<double>(usage.ru_maxrss) * 1024.0;  // Linux reports KiB
-}
-
-StepReport gather_step_report(Group& world, double loss_share, const PhaseTimer::Seconds& phases) {
+StepReport gather_step_report(Group& world, double loss_share, double peak_memory_bytes,
+                              const PhaseTimer::Seconds& phases, const at::Device& device) {
   // Row per rank: loss share, peak memory, then the phases.
   constexpr int kFields = 2 + kPhaseCount;
   at::Tensor mine = at::empty({1, kFields}, at::kDouble);
   auto row = mine.accessor<double, 2>();
   row[0][0] = loss_share;
-  row[0][1] = peak_resident_bytes();
+  row[0][1] = peak_memory_bytes;
   for (int p = 0; p < kPhaseCount; ++p) row[0][2 + p] = phases[p];
-  const at::Tensor all = world.all_gather(mine);
+  const at::Tensor all = world.all_gather(mine.to(device)).cpu();
   auto rows = all.accessor<double, 2>();
 
   StepReport report;

@@ -15,13 +15,13 @@ struct StepReport {
   double loss = 0;                  // sum of every rank's loss share
   int critical_rank = 0;
   PhaseTimer::Seconds critical_phases{};
-  double peak_memory_bytes = 0;     // max over ranks of the peak resident set (CPU)
+  double peak_memory_bytes = 0;     // max over ranks of each one's peak (dist/device.hpp)
   std::vector<double> peak_memory_by_rank;  // each rank's, by job rank
 };
 
-StepReport gather_step_report(Group& world, double loss_share, const PhaseTimer::Seconds& phases);
-
-// This process's peak resident set size so far, in bytes.
-double peak_resident_bytes();
+// Called by every rank after the step's work is done (the gather moves a
+// small tensor on `device`, as the world's backend needs).
+StepReport gather_step_report(Group& world, double loss_share, double peak_memory_bytes,
+                              const PhaseTimer::Seconds& phases, const at::Device& device);
 
 }  // namespace hetpar

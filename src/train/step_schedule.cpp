@@ -81,6 +81,19 @@ at::Tensor llm_forward_backward(const StepContext& ctx, const MicroBatch& whole,
   return ctx.groups.llm().coord().tp == 0 ? loss.detach().to(at::kDouble) : at::zeros({}, loss.options().dtype(at::kDouble));
 }
 
+Group& p2p_group(const StepContext& ctx, Channel channel, bool gradient) {
+  switch (channel) {
+    case Channel::kBoundary: return ctx.groups.p2p(gradient ? P2pLink::kBoundaryGradient : P2pLink::kBoundaryData);
+    case Channel::kLlmStages: return ctx.groups.p2p(gradient ? P2pLink::kLlmGradient : P2pLink::kLlmData);
+    case Channel::kEncoderStages: return ctx.groups.p2p(gradient ? P2pLink::kEncoderGradient : P2pLink::kEncoderData);
+  }
+  throw std::logic_error("unknown point-to-point channel");
+}
+
+BoundaryLinks boundary_links(const StepContext& ctx) {
+  return {&p2p_group(ctx, Channel::kBoundary, false), &p2p_group(ctx, Channel::kBoundary, true)};
+}
+
 int stage_peer(const ModuleGroups& module, int step) {
   GridCoord c = module.coord();
   c.pp += step;

@@ -15,6 +15,7 @@
 // pass) so each phase is timed on its own.
 #pragma once
 
+#include "boundary/boundary_exchange.hpp"
 #include "data/synthetic_data.hpp"
 #include "dist/module_groups.hpp"
 #include "metrics/phase_timer.hpp"
@@ -45,12 +46,21 @@ at::Tensor run_noncolocated_micro_batches(const StepContext& ctx);
 // Colocated with LLM PP (step_schedule_colocated_pipeline.cpp).
 at::Tensor run_colocated_pipeline(const StepContext& ctx);
 
-// Point-to-point tags on the world group, a range per channel so that the
-// boundary's, the LLM stages' and the encoder stages' messages never meet:
-// above the channel's base, a micro-batch's data at 2m, its gradient at 2m + 1.
+// Point-to-point traffic: each channel's data and its gradients have a
+// communicator of their own (p2p_group), so that under NCCL, where a pair's
+// messages on one communicator run in issue order and tags are ignored, no
+// direction waits behind another. Tags still tell micro-batches apart on
+// Gloo and let the order checker (dist/nccl_order_check.hpp) see that NCCL's
+// in-order pairing is the intended one: a range per channel, a micro-batch's
+// data at 2m above its base, its gradient at 2m + 1.
 enum class Channel : int { kBoundary = 0, kLlmStages = 1 << 24, kEncoderStages = 1 << 25 };
 inline int data_tag(Channel channel, int64_t micro) { return static_cast<int>(channel) + static_cast<int>(2 * micro); }
 inline int gradient_tag(Channel channel, int64_t micro) { return data_tag(channel, micro) + 1; }
+// The communicator of a channel's data (gradient false) or gradients; its
+// member i is job rank i, as on the world group.
+Group& p2p_group(const StepContext& ctx, Channel channel, bool gradient);
+// The boundary channel's two communicators, for a BoundaryExchange.
+BoundaryLinks boundary_links(const StepContext& ctx);
 
 // The job rank `step` pipeline stages on from this rank of `module` (its
 // other coordinates the same): where a stage sends on and receives from.

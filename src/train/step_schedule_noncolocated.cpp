@@ -39,7 +39,7 @@ at::Tensor encoder_side(const StepContext& ctx) {
     else stage.backward(op.micro);
   }
   stage.finish();
-  return at::zeros({}, at::kDouble);  // the encoder reports no loss
+  return at::zeros({}, ctx.model.options(at::kDouble));  // the encoder reports no loss
 }
 
 // Without LLM PP: each micro-batch's rows, the LLM's forward and backward,

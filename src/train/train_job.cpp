@@ -14,6 +14,7 @@
 #include "checkpoint/checkpoint_io.hpp"
 #include "checkpoint/checkpoint_manifest.hpp"
 #include "data/synthetic_data.hpp"
+#include "dist/device.hpp"
 #include "dist/module_groups.hpp"
 #include "dist/runtime.hpp"
 #include "interop/hf_llava.hpp"
@@ -77,7 +78,8 @@ void finish_summary(nlohmann::json& summary, const std::vector<nlohmann::json>& 
 
 int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutputs& outputs) {
   const std::string& out_dir = outputs.out_dir;
-  Runtime runtime(env, runtime_options(config.runtime));
+  const at::Device device = select_device(config, env);  // before anything touches CUDA or NCCL
+  Runtime runtime(env, runtime_options(config.runtime, device));
   JobGroups groups(runtime, config.placement);
   ModuleGroups& llm = groups.llm();
   ModuleGroups& encoder = groups.encoder();
@@ -87,13 +89,14 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
 
   MultimodalModel model(config, encoder_tp, llm_tp, llm.active() ? &llm.get(GroupKind::kCp) : nullptr,
                         llm.active() ? llm.coord().pp : 0, encoder.active() ? encoder.coord().pp : 0);
+  model.to(device);
   if (!outputs.init_hf.empty()) {
     const std::string note = load_hf(model, *encoder_tp, *llm_tp, outputs.init_hf);
     if (leader && !note.empty()) log_info("{}: {}", outputs.init_hf, note);
   }
   const std::vector<at::Tensor> params = model.trainable_parameters();
   FusedAdamW optimizer(params, config.optim);
-  const SyntheticData data(config.encoder, config.llm, config.data, static_cast<uint64_t>(config.run.seed));
+  const SyntheticData data(config.encoder, config.llm, config.data, static_cast<uint64_t>(config.run.seed), device);
   const auto encoder_params = model.encoder_side(), llm_params = model.llm_side();
   const std::vector<at::Tensor> encoder_trainable = encoder_params.all(), llm_trainable = llm_params.all();
   std::vector<NormShare> norm_shares;
@@ -115,7 +118,7 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
   }
 
   const int64_t micro_batches = micro_batches_per_step(config);
-  RunMetrics metrics(config, runtime, data);
+  RunMetrics metrics(config, runtime, data, device);
 
   AppendFile steps_file;
   if (leader) {
@@ -129,12 +132,12 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
     log_info("resolved run configuration:\n{}", to_toml(config));
     int64_t count = 0;
     for (const at::Tensor& p : params) count += p.numel();
-    log_info("{} ranks, backend {}, launched by {}; {} trainable parameters on rank 0; {} micro-batches of {} per "
-             "dp rank", runtime.world_size(), runtime.backend(), env.launcher, count, micro_batches,
-             config.data.micro_batch_size);
+    log_info("{} ranks on {} ({}), backend {}, {}, launched by {}; {} trainable parameters on rank 0; {} "
+             "micro-batches of {} per dp rank", runtime.world_size(), config.runtime.device, device_name(device),
+             runtime.backend(), config.run.precision, env.launcher, count, micro_batches, config.data.micro_batch_size);
     log_info("model FLOPs per step:\n{}", metrics.assumptions());
     const nlohmann::json meta = metrics.metadata();
-    if (meta["ranks_per_core"].get<double>() > 1.0) {
+    if (device.is_cpu() && meta["ranks_per_core"].get<double>() > 1.0) {
       log_error("warning: {} ranks x {} thread(s) on {} cores: ranks share cores, so these timings are not "
                 "comparable with a machine where each rank has its own", runtime.world_size(),
                 config.runtime.intra_op_threads, meta["cores"].get<int>());
@@ -142,42 +145,49 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
   }
 
   nlohmann::json summary = metrics.metadata();
-  PhaseTimer timer;
+  PhaseTimer timer(device);
   for (int64_t step = first_step; step <= config.run.steps; ++step) {
     maybe_inject_fault(runtime.rank(), step);
     std::optional<OpProfile> profile;
     if (step == config.runtime.profile_step) profile.emplace();
+    reset_peak_memory(device);
+    std::optional<HostSyncCheck> no_host_sync(std::in_place, device);
     const auto t0 = Clock::now();
     const double lr = learning_rate(config.optim, step, config.run.steps);
     optimizer.set_lr(lr);
     optimizer.zero_grad();
     const double target_tokens = static_cast<double>(data.target_tokens(step));
     const StepContext ctx{model, data, config, groups, runtime.world(), timer, step, micro_batches, target_tokens};
-    const double local_loss = run_micro_batches(ctx).item<double>();  // the step's one read of the loss
-    double grad_norm = 0;
+    const at::Tensor local_loss = run_micro_batches(ctx);
+    at::Tensor grad_norm;
     {
       // Each module over its own DP x CP group (CP ranks hold partial gradients of the same replica), then the norm.
       auto timed = timer.measure(Phase::kGradSync);
       if (encoder.active()) all_reduce_gradients(encoder_trainable, encoder.get(GroupKind::kDataContext));
       if (llm.active()) all_reduce_gradients(llm_trainable, llm.get(GroupKind::kDataContext));
-      grad_norm = global_grad_norm(runtime.world(), norm_shares);
+      grad_norm = global_grad_norm(runtime.world(), norm_shares, device);
     }
     {
       auto timed = timer.measure(Phase::kOptimizer);
       clip_gradients(params, grad_norm, config.optim.grad_clip);
       optimizer.step();
     }
-    const StepReport report = gather_step_report(runtime.world(), local_loss, timer.take());
+    // The step's one host sync: everything it queued done, within the timeout.
+    no_host_sync.reset();
+    wait_for_device(device, runtime.timeout());
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    const StepReport report = gather_step_report(runtime.world(), local_loss.item<double>(), peak_memory_bytes(device),
+                                                 timer.take(), device);
+    const double norm = grad_norm.item<double>();
     if (profile) {
       ensure_writable_dir(out_dir);
       const std::string top = profile->finish(fmt::format("{}/profile_rank{}", out_dir, runtime.rank()));
       if (leader) log_info("op profile of step {} on rank 0, by self time (all ranks: {}/profile_rank*.txt):\n{}", step, out_dir, top);
     }
     // Every rank holds the same loss (gathered) and norm (all-reduced), so all stop together.
-    const bool diverged = !std::isfinite(report.loss) || !std::isfinite(grad_norm);
+    const bool diverged = !std::isfinite(report.loss) || !std::isfinite(norm);
     if (leader) {
-      nlohmann::json line = metrics.step_line({step, report.loss, grad_norm, lr, seconds}, report);
+      nlohmann::json line = metrics.step_line({step, report.loss, norm, lr, seconds}, report);
       if (diverged) line["diverged"] = true;  // JSON has no NaN: the loss is written as null
       steps_file.append_line(line.dump());
       log_info("{}", metrics.step_text(line));
@@ -190,7 +200,7 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
         finish_summary(summary, step_lines, config, out_dir);
         log_error("error: the loss diverged at step {} (loss {}, gradient norm {}); the run stops here. "
                   "Its steps and summary record it; try a lower optim.lr or optim.grad_clip > 0",
-                  step, report.loss, grad_norm);
+                  step, report.loss, norm);
       }
       return kExitDiverged;
     }

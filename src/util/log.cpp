@@ -16,6 +16,7 @@ namespace hetpar {
 namespace {
 
 std::string g_tag;
+std::string g_device = "cpu";
 int g_rank = -1;
 std::mutex g_mutex;  // whole lines, even from helper threads
 
@@ -33,6 +34,7 @@ void set_log_rank(int rank) {
   g_rank = rank;
   g_tag = rank < 0 ? "" : fmt::format("[rank {}] ", rank);
 }
+void set_log_device(const std::string& device) { g_device = device; }
 void log_line(const std::string& line) { write_line(stdout, line); }
 void log_error_line(const std::string& line) { write_line(stderr, line); }
 
@@ -54,8 +56,11 @@ std::string error_message(const std::exception& error) {
 
 void die_of(const std::exception& error) {
   // Out of memory is an outcome a sweep records, not a crash: its own code and words.
-  if (dynamic_cast<const c10::OutOfMemoryError*>(&error) || dynamic_cast<const std::bad_alloc*>(&error)) {
-    die(kExitOutOfMemory, fmt::format("out of memory on rank {} (device cpu): {}", g_rank < 0 ? 0 : g_rank,
+  // NCCL reports its own allocation failures as backend errors.
+  const bool nccl_oom = dynamic_cast<const c10::DistBackendError*>(&error) &&
+                        error_message(error).find("out of memory") != std::string::npos;
+  if (dynamic_cast<const c10::OutOfMemoryError*>(&error) || dynamic_cast<const std::bad_alloc*>(&error) || nccl_oom) {
+    die(kExitOutOfMemory, fmt::format("out of memory on rank {} (device {}): {}", g_rank < 0 ? 0 : g_rank, g_device,
                                       error_message(error)));
   }
   const bool collective = dynamic_cast<const CollectiveError*>(&error) != nullptr;

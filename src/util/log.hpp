@@ -12,6 +12,8 @@ namespace hetpar {
 
 // Sets the tag printed in front of every line ("[rank 3] "); empty for the launcher.
 void set_log_rank(int rank);
+// The device named when a rank runs out of memory ("cpu" until set).
+void set_log_device(const std::string& device);
 void log_line(const std::string& line);        // stdout: progress and results
 void log_error_line(const std::string& line);  // stderr: warnings and errors
 

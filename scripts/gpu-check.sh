@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# The one prepared check for a GPU machine. From a clean tree it builds hetpar
+# there (every core; against the machine's own LibTorch, offline, with a
+# dependency bundle where the system lacks the C++ libraries) and checks, in
+# under 10 minutes on one GPU, what no CPU can:
+#   devices   the device, driver, CUDA, NCCL versions and the libraries loaded
+#   gpu_tests the `gpu` GoogleTest cases: NCCL communicator, OOM recovery,
+#             allocator peak, CUDA-event phase times, the bounded step wait
+#   fp32      fp32 (TF32 off) on CUDA against the CPU, 10 steps: <= 1e-5 rel.
+#   bf16      bf16 on CUDA against fp32 on CUDA: within the CPU-established
+#             bf16 tolerance (2e-3), and not equal (bf16 in effect)
+#   host_sync a CUDA step that never blocks the host (any hidden sync throws)
+#   throughput Llama-3-8B-shaped layers in bf16: TFLOPS, MFU (goal >= 45 %),
+#             the phases' sum against the step's wall time
+#   multi_gpu with >= 2 GPUs: colocated and non-colocated fp32 parity on NCCL
+#             (boundary all-to-all-v and point-to-point); skipped with 1 GPU
+# It writes OUT/gpu-check.json and prints a table. Without a GPU it exits 3
+# in seconds with "no CUDA device visible".
+#
+# Usage: scripts/gpu-check.sh [--python PY] [--bundle DIR] [--build DIR] [--out DIR]
+#   PY:     the python whose torch to build against (default: python3)
+#   DIR:    scripts/offline-bundle.sh's folder, when the system lacks the libraries
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+PY=python3 BUNDLE="" BUILD=build-gpu OUT=results/gpu-check
+while (($#)); do
+  case "$1" in
+    --python) PY="$2"; shift 2 ;;
+    --bundle) BUNDLE="$2"; shift 2 ;;
+    --build) BUILD="$2"; shift 2 ;;
+    --out) OUT="$2"; shift 2 ;;
+    *) echo "gpu-check: unknown argument $1 (see the header of $0)" >&2; exit 2 ;;
+  esac
+done
+
+# No device node and no nvidia-smi answer: nothing to check, said at once.
+if ! compgen -G "/dev/nvidia[0-9]*" >/dev/null && ! nvidia-smi -L >/dev/null 2>&1; then
+  echo "gpu-check: no CUDA device visible" >&2
+  exit 3
+fi
+
+mkdir -p "$OUT" || exit 2
+OUT="$(cd "$OUT" && pwd)"
+STAGES="$OUT/stages.tsv"
+: >"$STAGES"
+T0=$SECONDS
+
+# stage NAME LIMIT_S COMMAND...: runs it with a time limit, its output in
+# OUT/NAME.log; records the name, exit code and seconds.
+stage() {
+  local name=$1 limit=$2; shift 2
+  local start=$SECONDS
+  echo "gpu-check: $name ..." >&2
+  timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+  local code=$?
+  printf '%s\t%d\t%d\n' "$name" "$code" $((SECONDS - start)) >>"$STAGES"
+  ((code == 0)) || { echo "gpu-check: $name failed (exit $code), see $OUT/$name.log" >&2; tail -5 "$OUT/$name.log" >&2; }
+  return $code
+}
+skip() { printf '%s\tskipped\t0\t%s\n' "$1" "$2" >>"$STAGES"; }
+
+export PATH=/usr/local/cuda/bin:$PATH
+CMAKE_ARGS=(-S . -B "$BUILD" -G Ninja -DHETPAR_PYTHON="$PY")
+[[ -n "$BUNDLE" ]] && CMAKE_ARGS+=(-DHETPAR_BUNDLE="$(cd "$BUNDLE" && pwd)")
+if ! stage build 420 bash -c "cmake ${CMAKE_ARGS[*]} && cmake --build $BUILD -j $(nproc) --target hetpar test_gpu"; then
+  "$PY" scripts/gpu_check_report.py "$OUT"
+  exit 1
+fi
+HETPAR="$BUILD/hetpar"
+TINY="workloads/tiny.toml --set run.steps=10 --set data.global_batch_size=4 --set data.micro_batch_size=2"
+
+stage devices 60 bash -c "$HETPAR devices --require-gpu >$OUT/devices.json"
+[[ $? -eq 3 ]] && { echo "gpu-check: no CUDA device visible" >&2; exit 3; }
+stage gpu_tests 120 "$BUILD/test_gpu" --gtest_output="json:$OUT/gpu_tests.json"
+stage fp32_cuda 120 $HETPAR train $TINY --set runtime.device=cuda --set run.precision=fp32 --out "$OUT/fp32_cuda" &&
+  stage fp32_cpu 120 $HETPAR train $TINY --set runtime.device=cpu --out "$OUT/fp32_cpu" &&
+  stage fp32 30 $HETPAR compare "$OUT/fp32_cuda" "$OUT/fp32_cpu" --rtol 1e-5
+stage bf16_cuda 120 $HETPAR train $TINY --set runtime.device=cuda --set run.precision=bf16 --out "$OUT/bf16_cuda" &&
+  stage bf16 30 $HETPAR compare "$OUT/bf16_cuda" "$OUT/fp32_cuda" --rtol 2e-3 &&
+  { ! $HETPAR compare "$OUT/bf16_cuda" "$OUT/fp32_cuda" --rtol 1e-6 >"$OUT/bf16_differs.log" 2>&1 ||
+    { printf 'bf16_in_effect\t1\t0\n' >>"$STAGES"; false; }; }
+stage host_sync 120 env HETPAR_CHECK_HOST_SYNCS=1 $HETPAR train $TINY --set runtime.device=cuda --set run.steps=3 \
+  --out "$OUT/host_sync"
+stage throughput 300 $HETPAR train workloads/runs/gpu_check_llama8b_layers.toml --out "$OUT/throughput"
+
+GPUS=$("$PY" -c "import json; print(json.load(open('$OUT/devices.json'))['cuda_devices'])" 2>/dev/null || echo 0)
+if ((GPUS >= 2)); then
+  TWO="$TINY --set runtime.device=cuda --set run.precision=fp32"
+  stage uniform_2 120 $HETPAR train $TWO --set layout.llm.dp=2 --out "$OUT/uniform_2" &&
+    stage colocated_2 120 $HETPAR train $TWO --set layout.placement=colocated --set layout.encoder.dp=2 \
+      --set layout.llm.tp=2 --out "$OUT/colocated_2" &&
+    stage colocated_parity 30 $HETPAR compare "$OUT/colocated_2" "$OUT/uniform_2" --rtol 1e-5
+  stage noncolocated_2 120 $HETPAR train $TWO --set layout.placement=non-colocated --set layout.run_ahead=2 \
+    --out "$OUT/noncolocated_2" &&
+    stage noncolocated_parity 30 $HETPAR compare "$OUT/noncolocated_2" "$OUT/fp32_cuda" --rtol 1e-5
+else
+  skip multi_gpu "one GPU: NCCL refuses two ranks on one device, so the 2-rank NCCL parity cases need 2 GPUs"
+fi
+echo "gpu-check: done in $((SECONDS - T0)) s" >&2
+"$PY" scripts/gpu_check_report.py "$OUT"

@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""The GPU check's report: reads what scripts/gpu-check.sh left in OUT and
+writes OUT/gpu-check.json and a table. Standard library only (a GPU node's
+python may have nothing else). Exit 0 when every check that ran passed."""
+import json
+import math
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+
+def read_steps(run_dir):
+    path = Path(run_dir) / "steps.jsonl"
+    if not path.exists():
+        return None
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def max_relative_difference(a, b):
+    """The largest |a - b| / |b| of the two loss curves, step by step."""
+    if not a or not b or len(a) != len(b):
+        return None
+    worst = 0.0
+    for x, y in zip(a, b):
+        if x["loss"] is None or y["loss"] is None:
+            return math.inf
+        worst = max(worst, abs(x["loss"] - y["loss"]) / abs(y["loss"]))
+    return worst
+
+
+def main(out):
+    out = Path(out)
+    stages = {}
+    for line in (out / "stages.tsv").read_text().splitlines() if (out / "stages.tsv").exists() else []:
+        fields = line.split("\t")
+        stages[fields[0]] = {"exit": fields[1], "seconds": int(fields[2]), "note": fields[3] if len(fields) > 3 else ""}
+    checks = []
+
+    def check(name, ok, figure, goal):
+        checks.append({"check": name, "result": "pass" if ok else "FAIL" if ok is not None else "not run",
+                       "figure": figure, "goal": goal})
+
+    devices = json.loads((out / "devices.json").read_text()) if (out / "devices.json").exists() else {}
+    if devices:
+        d = devices["devices"][0]
+        check("devices", devices.get("cuda_devices", 0) > 0,
+              f"{devices['cuda_devices']} x {d.get('device')}, driver CUDA {d.get('cuda_driver')}, runtime "
+              f"{d.get('cuda_runtime')}, NCCL {d.get('nccl_version')}, torch {devices.get('torch_version')}",
+              "a CUDA device visible")
+    else:
+        check("devices", None, "", "a CUDA device visible")
+
+    tests = json.loads((out / "gpu_tests.json").read_text()) if (out / "gpu_tests.json").exists() else None
+    if tests:
+        cases = [t for suite in tests.get("testsuites", []) for t in suite.get("testsuite", [])]
+        failed = [t["name"] for t in cases if t.get("failures")]
+        skipped = [t["name"] for t in cases if t.get("result") == "SKIPPED"]
+        check("gpu_tests", not failed and not skipped,
+              f"{len(cases) - len(failed) - len(skipped)}/{len(cases)} passed"
+              + (f"; failed: {', '.join(failed)}" if failed else "") + (f"; skipped: {', '.join(skipped)}" if skipped else ""),
+              "every gpu case passes")
+    else:
+        check("gpu_tests", None, "", "every gpu case passes")
+
+    def parity(name, run, reference, rtol, differs_above=None):
+        diff = max_relative_difference(read_steps(out / run), read_steps(out / reference))
+        if diff is None:
+            check(name, None, f"{run} or {reference} did not finish", f"<= {rtol:g}")
+            return
+        ok = diff <= rtol and (differs_above is None or diff > differs_above)
+        goal = f"<= {rtol:g}" + (f" and > {differs_above:g} (bf16 in effect)" if differs_above else "")
+        check(name, ok, f"max relative loss difference {diff:.3g} over {len(read_steps(out / run))} steps", goal)
+
+    parity("fp32 cuda vs cpu", "fp32_cuda", "fp32_cpu", 1e-5)
+    parity("bf16 vs fp32 on cuda", "bf16_cuda", "fp32_cuda", 2e-3, differs_above=1e-6)
+    sync = stages.get("host_sync")
+    check("no host sync in a step", None if sync is None else sync["exit"] == "0",
+          "3 steps with every synchronising operation an error" if sync else "", "the run finishes")
+
+    summary_path = out / "throughput" / "summary.json"
+    if summary_path.exists():
+        s = json.loads(summary_path.read_text())
+        steps = read_steps(out / "throughput")[s.get("warmup_steps", 0):]
+        ratios = [sum(l["phases"].values()) / l["step_seconds"] for l in steps]
+        ratio = sum(ratios) / len(ratios)
+        check("throughput (8B-shaped layers, bf16)", s["mfu"] >= 0.45,
+              f"{s['tflops_per_gpu']:.1f} TFLOPS/GPU, MFU {100 * s['mfu']:.1f} % ({s.get('peak_source', '')}), "
+              f"{s['step_seconds_median']:.3f} s/step", "MFU >= 45 %")
+        check("phase times vs step wall time", 0.8 <= ratio <= 1.05,
+              f"phases sum to {100 * ratio:.1f} % of the step's wall time", "80-105 %")
+    else:
+        check("throughput (8B-shaped layers, bf16)", None, "the run did not finish", "MFU >= 45 %")
+
+    if "multi_gpu" in stages:
+        check("multi-GPU NCCL parity", None, stages["multi_gpu"]["note"], "colocated, non-colocated <= 1e-5")
+    else:
+        parity("colocated 2 GPUs vs uniform 2", "colocated_2", "uniform_2", 1e-5)
+        parity("non-colocated 2 GPUs vs 1", "noncolocated_2", "fp32_cuda", 1e-5)
+
+    report = {"format": "hetpar-gpu-check/1", "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+              "devices": devices, "stages": stages, "checks": checks}
+    (out / "gpu-check.json").write_text(json.dumps(report, indent=2) + "\n")
+    width = max(len(c["check"]) for c in checks)
+    print(f"{'check':<{width}}  result   figure (goal)")
+    for c in checks:
+        print(f"{c['check']:<{width}}  {c['result']:<7}  {c['figure']} ({c['goal']})")
+    failed_stages = [n for n, s in stages.items() if s["exit"] not in ("0", "skipped")]
+    if failed_stages:
+        print(f"stages that failed: {', '.join(failed_stages)} (their logs: {out}/<stage>.log)")
+    print(f"written: {out / 'gpu-check.json'}")
+    return 0 if all(c["result"] in ("pass", "not run") for c in checks) and not failed_stages else 1
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: gpu_check_report.py OUT_DIR")
+    sys.exit(main(sys.argv[1]))

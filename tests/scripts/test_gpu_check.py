@@ -1,0 +1,81 @@
+"""scripts/gpu-check.sh without a GPU, and its report on crafted results."""
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+SOURCE = Path(os.environ.get("HETPAR_SOURCE_DIR", Path(__file__).resolve().parents[2]))
+REPORT = SOURCE / "scripts" / "gpu_check_report.py"
+
+
+def gpu_visible():
+    return any(Path("/dev").glob("nvidia[0-9]*"))
+
+
+@pytest.mark.skipif(gpu_visible(), reason="a GPU is visible: the check would run for real")
+def test_without_a_gpu_it_exits_3_at_once(tmp_path):
+    start = time.monotonic()
+    done = subprocess.run([str(SOURCE / "scripts" / "gpu-check.sh"), "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 3, done.stderr
+    assert "no CUDA device visible" in done.stderr
+    assert time.monotonic() - start < 10
+    assert not (tmp_path / "out").exists()  # nothing written
+
+
+def steps(losses, phases=None, seconds=1.0):
+    return "".join(json.dumps({"step": i + 1, "loss": l, "step_seconds": seconds,
+                               "phases": phases or {"llm_forward": 0.3, "llm_backward": 0.6}}) + "\n"
+                   for i, l in enumerate(losses))
+
+
+def crafted(out, bf16_shift, mfu):
+    out.mkdir()
+    (out / "stages.tsv").write_text("build\t0\t100\ndevices\t0\t1\nhost_sync\t0\t5\n"
+                                    "multi_gpu\tskipped\t0\tone GPU\n")
+    (out / "devices.json").write_text(json.dumps({"cuda_devices": 1, "torch_version": "2.11.0", "devices": [
+        {"device": "NVIDIA H200", "cuda_driver": "13.0", "cuda_runtime": "13.0", "nccl_version": "2.28.9"}]}))
+    (out / "gpu_tests.json").write_text(json.dumps({"testsuites": [{"testsuite": [
+        {"name": "NcclCommunicatorOfOneRank", "result": "COMPLETED"}]}]}))
+    base = [5.0, 4.0, 3.0]
+    for run, losses in {"fp32_cpu": base, "fp32_cuda": [l * (1 + 1e-7) for l in base],
+                        "bf16_cuda": [l * (1 + bf16_shift) for l in base]}.items():
+        (out / run).mkdir()
+        (out / run / "steps.jsonl").write_text(steps(losses))
+    (out / "throughput").mkdir()
+    (out / "throughput" / "steps.jsonl").write_text(steps([9.0, 8.0, 7.0]))
+    (out / "throughput" / "summary.json").write_text(json.dumps({
+        "warmup_steps": 1, "mfu": mfu, "tflops_per_gpu": mfu * 989, "step_seconds_median": 1.0, "peak_source": "x"}))
+
+
+def report(out):
+    done = subprocess.run([sys.executable, str(REPORT), str(out)], capture_output=True, text=True)
+    return done.returncode, done.stdout, json.loads((out / "gpu-check.json").read_text())
+
+
+def test_report_passes_a_good_run(tmp_path):
+    crafted(tmp_path / "out", bf16_shift=1e-4, mfu=0.5)
+    code, text, result = report(tmp_path / "out")
+    assert code == 0, text
+    by_name = {c["check"]: c for c in result["checks"]}
+    assert by_name["fp32 cuda vs cpu"]["result"] == "pass"
+    assert by_name["bf16 vs fp32 on cuda"]["result"] == "pass"
+    assert by_name["phase times vs step wall time"]["figure"].startswith("phases sum to 90.0 %")
+    assert by_name["multi-GPU NCCL parity"]["result"] == "not run"
+    assert "one GPU" in by_name["multi-GPU NCCL parity"]["figure"]
+
+
+@pytest.mark.parametrize("bf16_shift, mfu, failing", [
+    (0.0, 0.5, "bf16 vs fp32 on cuda"),      # bf16 equal to fp32: not in effect
+    (1e-2, 0.5, "bf16 vs fp32 on cuda"),     # past the bf16 tolerance
+    (1e-4, 0.3, "throughput (8B-shaped layers, bf16)"),
+])
+def test_report_fails_what_misses(tmp_path, bf16_shift, mfu, failing):
+    crafted(tmp_path / "out", bf16_shift, mfu)
+    code, text, result = report(tmp_path / "out")
+    assert code == 1
+    assert {c["check"]: c for c in result["checks"]}[failing]["result"] == "FAIL", text
