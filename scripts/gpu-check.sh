@@ -11,25 +11,34 @@
 #             bf16 tolerance (2e-3), and not equal (bf16 in effect)
 #   host_sync a CUDA step that never blocks the host (any hidden sync throws)
 #   throughput Llama-3-8B-shaped layers in bf16: TFLOPS, MFU (goal >= 45 %),
-#             the phases' sum against the step's wall time
+#             the phases' sum against the step's wall time, and the last
+#             step's kernels by GPU time (throughput/profile_rank0.txt)
+#   calibrate hetpar calibrate on this GPU (bf16 GEMM, attention, memory-bound
+#             rates; collectives from the published profile with one GPU)
+#   prediction the throughput run's step time and peak memory predicted from
+#             the published profile and from the measured one (hetpar plan's
+#             "given" layout), against the measurement
 #   multi_gpu with >= 2 GPUs: colocated and non-colocated fp32 parity on NCCL
 #             (boundary all-to-all-v and point-to-point); skipped with 1 GPU
 # It writes OUT/gpu-check.json and prints a table. Without a GPU it exits 3
 # in seconds with "no CUDA device visible".
 #
-# Usage: scripts/gpu-check.sh [--python PY] [--bundle DIR] [--build DIR] [--out DIR]
+# Usage: scripts/gpu-check.sh [--python PY] [--bundle DIR] [--build DIR] [--prebuilt] [--out DIR]
 #   PY:     the python whose torch to build against (default: python3)
 #   DIR:    scripts/offline-bundle.sh's folder, when the system lacks the libraries
+#   --prebuilt: take hetpar and test_gpu from the --build folder as they are
+#           (built elsewhere against this machine's LibTorch) instead of building
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-PY=python3 BUNDLE="" BUILD=build-gpu OUT=results/gpu-check
+PY=python3 BUNDLE="" BUILD=build-gpu OUT=results/gpu-check PREBUILT=0
 while (($#)); do
   case "$1" in
     --python) PY="$2"; shift 2 ;;
     --bundle) BUNDLE="$2"; shift 2 ;;
     --build) BUILD="$2"; shift 2 ;;
     --out) OUT="$2"; shift 2 ;;
+    --prebuilt) PREBUILT=1; shift ;;
     *) echo "gpu-check: unknown argument $1 (see the header of $0)" >&2; exit 2 ;;
   esac
 done
@@ -63,7 +72,10 @@ skip() { printf '%s\tskipped\t0\t%s\n' "$1" "$2" >>"$STAGES"; }
 export PATH=/usr/local/cuda/bin:$PATH
 CMAKE_ARGS=(-S . -B "$BUILD" -G Ninja -DHETPAR_PYTHON="$PY")
 [[ -n "$BUNDLE" ]] && CMAKE_ARGS+=(-DHETPAR_BUNDLE="$(cd "$BUNDLE" && pwd)")
-if ! stage build 420 bash -c "cmake ${CMAKE_ARGS[*]} && cmake --build $BUILD -j $(nproc) --target hetpar test_gpu"; then
+if ((PREBUILT)); then
+  [[ -x "$BUILD/hetpar" && -x "$BUILD/test_gpu" ]] || { echo "gpu-check: --prebuilt: no hetpar and test_gpu in $BUILD" >&2; exit 2; }
+  skip build "prebuilt binaries from $BUILD"
+elif ! stage build 420 bash -c "cmake ${CMAKE_ARGS[*]} && cmake --build $BUILD -j $(nproc) --target hetpar test_gpu"; then
   "$PY" scripts/gpu_check_report.py "$OUT"
   exit 1
 fi
@@ -80,9 +92,17 @@ stage bf16_cuda 120 $HETPAR train $TINY --set runtime.device=cuda --set run.prec
   stage bf16 30 $HETPAR compare "$OUT/bf16_cuda" "$OUT/fp32_cuda" --rtol 2e-3 &&
   { ! $HETPAR compare "$OUT/bf16_cuda" "$OUT/fp32_cuda" --rtol 1e-6 >"$OUT/bf16_differs.log" 2>&1 ||
     { printf 'bf16_in_effect\t1\t0\n' >>"$STAGES"; false; }; }
-stage host_sync 120 env HETPAR_CHECK_HOST_SYNCS=1 $HETPAR train $TINY --set runtime.device=cuda --set run.steps=3 \
+stage host_sync 120 env HETPAR_CHECK_HOST_SYNCS=1 TORCH_SHOW_CPP_STACKTRACES=1 $HETPAR train $TINY --set runtime.device=cuda --set run.steps=3 \
   --out "$OUT/host_sync"
-stage throughput 300 $HETPAR train workloads/runs/gpu_check_llama8b_layers.toml --out "$OUT/throughput"
+THROUGHPUT=workloads/runs/gpu_check_llama8b_layers.toml
+# The last step's op profile (host operators and GPU kernels): where the time goes.
+stage throughput 300 $HETPAR train $THROUGHPUT --set runtime.profile_step=12 --out "$OUT/throughput"
+PUBLISHED=profiles/h200_dgx.json
+stage calibrate 240 $HETPAR calibrate --device cuda --base $PUBLISHED --out "$OUT/profile_measured.json"
+stage predict_published 60 $HETPAR plan $THROUGHPUT --devices 1 --top 1 --profile $PUBLISHED --out "$OUT/plan_published"
+[[ -f "$OUT/profile_measured.json" ]] &&
+  stage predict_measured 60 $HETPAR plan $THROUGHPUT --devices 1 --top 1 --profile "$OUT/profile_measured.json" \
+    --out "$OUT/plan_measured"
 
 GPUS=$("$PY" -c "import json; print(json.load(open('$OUT/devices.json'))['cuda_devices'])" 2>/dev/null || echo 0)
 if ((GPUS >= 2)); then

@@ -1,5 +1,5 @@
 // What only a GPU can check, on one GPU: device selection and metadata, a
-// real NCCL communicator, out-of-memory recovery, the caching allocator's
+// real NCCL communicator and a sub-group split from it, out-of-memory recovery, the caching allocator's
 // peak, CUDA-event phase times, the bounded end-of-step wait and a step
 // without hidden host syncs. Labelled `gpu`; each case skips, saying why,
 // where no CUDA device is visible (scripts/gpu-check.sh runs them on a GPU).
@@ -7,6 +7,7 @@
 #include <ATen/cuda/Sleep.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <gtest/gtest.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <chrono>
@@ -51,7 +52,7 @@ TEST_F(Gpu, NcclCommunicatorOfOneRank) {
   so.numWorkers = 1;
   so.port = 0;
   auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
-  auto nccl = make_nccl_backend(store, 0, 1, std::chrono::seconds(30), device_);
+  auto nccl = make_nccl_backend(store, {0}, 0, std::chrono::seconds(30), device_);
   const auto on = at::TensorOptions(at::kFloat).device(device_);
 
   std::vector<at::Tensor> t{at::arange(8, on)};
@@ -70,6 +71,35 @@ TEST_F(Gpu, NcclCommunicatorOfOneRank) {
   nccl->endCoalescing()->wait();
   EXPECT_TRUE(at::equal(recv[0].cpu(), at::full({4}, 7.0)));
   nccl->shutdown();
+}
+
+// A sub-group split from the world's communicator (what Runtime does for every
+// NCCL sub-group): all-reduce and a coalesced send/receive on the child, then
+// both shut down in creation order, as Runtime does.
+TEST_F(Gpu, NcclSubGroupSplitFromTheWorld) {
+  c10d::TCPStoreOptions so;
+  so.isServer = true;
+  so.numWorkers = 1;
+  so.port = 0;
+  c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
+  auto world = make_nccl_backend(c10::make_intrusive<c10d::PrefixStore>("group0", store), {0}, 0,
+                                 std::chrono::seconds(30), device_);
+  auto child = split_nccl_backend(world, c10::make_intrusive<c10d::PrefixStore>("group1", store), {0},
+                                  std::chrono::seconds(30));
+  ASSERT_TRUE(child) << "a member of the split got no communicator";
+  EXPECT_EQ(child->getSize(), 1);
+  const auto on = at::TensorOptions(at::kFloat).device(device_);
+  std::vector<at::Tensor> t{at::full({6}, 3.0, on)};
+  child->allreduce(t)->wait();
+  EXPECT_TRUE(at::equal(t[0].cpu(), at::full({6}, 3.0)));
+  std::vector<at::Tensor> send{at::arange(5, on)}, recv{at::zeros({5}, on)};
+  child->startCoalescing();
+  child->send(send, 0, 0);
+  child->recv(recv, 0, 0);
+  child->endCoalescing()->wait();
+  EXPECT_TRUE(at::equal(recv[0].cpu(), at::arange(5, at::kFloat)));
+  world->shutdown();
+  child->shutdown();
 }
 
 TEST_F(Gpu, OutOfMemoryIsCaughtAndTheNextStepRuns) {

@@ -4,6 +4,7 @@
 #include <torch/autograd.h>
 
 #include "tp/autograd_context.hpp"
+#include "util/host_to_device.hpp"
 
 #include <algorithm>
 #include <functional>
@@ -20,10 +21,10 @@ using Row = std::pair<int, int64_t>;
 // Sends rows `send_index` of `rows` per the route; returns a [out_rows, hidden]
 // tensor with each received row at its `recv_index`.
 at::Tensor move_rows(const at::Tensor& rows, const BoundaryExchange::Route& route, int64_t out_rows, Group& group) {
-  const at::Tensor send_index = at::tensor(route.send_index, at::kLong).to(rows.device());
+  const at::Tensor send_index = index_on(route.send_index, rows.device());
   const at::Tensor send = rows.index_select(0, send_index);
   const at::Tensor got = group.all_to_all_v(send, route.send_counts, route.recv_counts);
-  const at::Tensor recv_index = at::tensor(route.recv_index, at::kLong).to(rows.device());
+  const at::Tensor recv_index = index_on(route.recv_index, rows.device());
   return at::zeros({out_rows, rows.size(1)}, rows.options()).index_copy(0, recv_index, got);
 }
 
@@ -36,7 +37,7 @@ at::Tensor move_rows(const at::Tensor& rows, const BoundaryExchange::Route& rout
 // issue order on one stream, two ranks that both sent first would deadlock.
 std::vector<Group::Pending> post_rows(const at::Tensor& rows, const BoundaryExchange::Route& route, Group& group,
                                       int tag, std::map<int, at::Tensor>& to_self, BoundaryExchange::Posted& posted) {
-  const at::Tensor send = rows.index_select(0, at::tensor(route.send_index, at::kLong).to(rows.device()));
+  const at::Tensor send = rows.index_select(0, index_on(route.send_index, rows.device()));
   bool receives = false;
   for (int peer = 0; peer < group.size(); ++peer) receives |= peer != group.rank() && route.recv_counts[peer] > 0;
   std::vector<Group::Pending> pending;
@@ -92,7 +93,7 @@ at::Tensor receive_rows(const BoundaryExchange::Route& route, int64_t out_rows, 
   }
   const at::Tensor out = at::zeros({out_rows, hidden}, options);
   if (parts.empty()) return out;
-  return out.index_copy(0, at::tensor(route.recv_index, at::kLong).to(options.device(), /*non_blocking=*/true),
+  return out.index_copy(0, index_on(route.recv_index, options.device()),
                         at::cat(parts));
 }
 

@@ -87,6 +87,7 @@ struct LayoutConfig {
 struct RuntimeConfig {
   std::string device = "auto";    // "auto" (cuda with a visible GPU, else cpu), "cpu", "cuda"
   std::string backend = "auto";   // "auto" (nccl on cuda, gloo on cpu), "gloo", "nccl"
+  bool nccl_split = true;         // nccl: sub-groups split from the world's communicator
   bool tf32 = false;              // cuda, fp32: let cuBLAS round matmul inputs to TF32 (faster, ~1e-3)
   double timeout_s = 60.0;        // per collective call and for rendezvous
   int64_t intra_op_threads = 1;   // torch intra-op threads per rank

@@ -247,6 +247,9 @@ std::vector<SchemaKey> build_schema() {
           "cuda with run.precision = fp32: let matmuls round their inputs to TF32 (faster, about 1e-3 relative); "
           "false keeps fp32 exact"),
       runtime.key<&RuntimeConfig::backend>("backend", one_of({"auto", "gloo", "nccl"}), "process-group backend; auto: nccl on cuda, gloo on cpu"),
+      runtime.key<&RuntimeConfig::nccl_split>("nccl_split", any_value(),
+          "nccl: create every sub-group by splitting the world's communicator (one collective, no new "
+          "rendezvous); false initialises each on its own"),
       runtime.key<&RuntimeConfig::timeout_s>("timeout_s", positive_finite(), "seconds a collective or the rendezvous may take"),
       runtime.key<&RuntimeConfig::intra_op_threads>("intra_op_threads", at_least(1), "torch intra-op threads per rank"),
       runtime.key<&RuntimeConfig::profile_step>("profile_step", at_least(0),

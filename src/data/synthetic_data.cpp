@@ -6,6 +6,7 @@
 #include <random>
 
 #include "model/param_init.hpp"
+#include "util/host_to_device.hpp"
 
 namespace hetpar {
 namespace {
@@ -96,9 +97,7 @@ MicroBatch SyntheticData::micro_batch(int64_t step, int64_t first, int64_t count
 }
 
 at::Tensor SyntheticData::on_device(const at::Tensor& host) const {
-  if (device_.is_cpu()) return host;
-  // The caching host allocator keeps the pinned copy until the transfer is done.
-  return host.pin_memory().to(device_, /*non_blocking=*/true);
+  return host_to_device(host, device_);
 }
 
 int64_t SyntheticData::images_in_step(int64_t step) const {

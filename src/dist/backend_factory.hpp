@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <string>
+#include <vector>
 
 namespace hetpar {
 
@@ -18,8 +19,16 @@ c10::intrusive_ptr<c10d::Backend> make_gloo_backend(const c10::intrusive_ptr<c10
 // "2.28.9": the NCCL this process loaded (its own library, not a header's).
 std::string nccl_version();
 
+// `global_ranks`: the members' job ranks, ascending; `rank`: this one's index in them.
 c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store,
-                                                    int rank, int size,
+                                                    const std::vector<int>& global_ranks, int rank,
                                                     std::chrono::milliseconds timeout, const at::Device& device);
+// A sub-group over `ranks` (the world's ranks, ascending) split from the
+// world's NCCL communicator; every rank of the world calls it in the same
+// order. Null on a rank not in `ranks`.
+c10::intrusive_ptr<c10d::Backend> split_nccl_backend(const c10::intrusive_ptr<c10d::Backend>& world,
+                                                     const c10::intrusive_ptr<c10d::Store>& store,
+                                                     const std::vector<int>& ranks,
+                                                     std::chrono::milliseconds timeout);
 
 }  // namespace hetpar

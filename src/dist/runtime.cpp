@@ -64,7 +64,9 @@ Runtime::Runtime(const LaunchEnv& env, const RuntimeOptions& options)
   }
   // Namespaced so a torchrun agent store shared by restarts stays clean.
   store_ = c10::make_intrusive<c10d::PrefixStore>("hetpar", store_);
-  world_ = make_group({"world", iota_ranks(env.world_size)}, "group0");
+  const GroupSpec world{"world", iota_ranks(env.world_size)};
+  world_backend_ = new_backend(world, "group0");
+  world_ = std::make_unique<Group>(world.name, world.ranks, env.rank, world_backend_, options.timeout);
   known_[world_->ranks()] = 0;
 }
 
@@ -79,27 +81,32 @@ Runtime::~Runtime() {
   }
 }
 
-std::unique_ptr<Group> Runtime::make_group(const GroupSpec& spec, const std::string& store_prefix) {
+bool Runtime::splits_from_world() const { return backend_ == "nccl" && options_.nccl_split && world_backend_; }
+
+c10::intrusive_ptr<c10d::Backend> Runtime::new_backend(const GroupSpec& spec, const std::string& store_prefix) {
   const auto it = std::find(spec.ranks.begin(), spec.ranks.end(), env_.rank);
+  const bool member = it != spec.ranks.end();
   const int size = static_cast<int>(spec.ranks.size());
+  if (size == 1 || (!member && !splits_from_world())) return nullptr;
+  auto store = c10::make_intrusive<c10d::PrefixStore>(store_prefix, store_);
   c10::intrusive_ptr<c10d::Backend> backend;
-  if (size > 1) {
-    const int rank_in_group = static_cast<int>(it - spec.ranks.begin());
-    auto store = c10::make_intrusive<c10d::PrefixStore>(store_prefix, store_);
-    try {
+  try {
+    if (splits_from_world()) {
+      backend = split_nccl_backend(world_backend_, store, spec.ranks, options_.timeout);
+    } else {
+      const int rank_in_group = static_cast<int>(it - spec.ranks.begin());
       backend = backend_ == "nccl"
-                    ? make_nccl_backend(store, rank_in_group, size, options_.timeout, options_.device)
-                    : make_gloo_backend(store, rank_in_group, size, options_.timeout,
-                                        env_.master_addr);
-      backends_.push_back(backend);
-    } catch (const std::exception& e) {
-      throw CollectiveError(fmt::format("creating {} group {} over ranks [{}] failed: {} (a rank that never "
-                                        "joined within runtime.timeout_s: were all {} ranks started?)",
-                                        backend_, spec.name, fmt::join(spec.ranks, ","), error_message(e),
-                                        env_.world_size));
+                    ? make_nccl_backend(store, spec.ranks, rank_in_group, options_.timeout, options_.device)
+                    : make_gloo_backend(store, rank_in_group, size, options_.timeout, env_.master_addr);
     }
+  } catch (const std::exception& e) {
+    throw CollectiveError(fmt::format("creating {} group {} over ranks [{}] failed: {} (a rank that never "
+                                      "joined within runtime.timeout_s: were all {} ranks started?)",
+                                      backend_, spec.name, fmt::join(spec.ranks, ","), error_message(e),
+                                      env_.world_size));
   }
-  return std::make_unique<Group>(spec.name, spec.ranks, env_.rank, backend, options_.timeout);
+  if (backend) backends_.push_back(backend);
+  return backend;
 }
 
 void Runtime::check_same_list_everywhere(const std::vector<GroupSpec>& specs) {
@@ -137,8 +144,9 @@ void Runtime::create_groups(const std::vector<GroupSpec>& specs) {
     if (known_.count(s.ranks)) continue;
     const int index = static_cast<int>(known_.size());
     known_[s.ranks] = index;
+    auto backend = new_backend(s, fmt::format("group{}", index));
     if (std::binary_search(s.ranks.begin(), s.ranks.end(), env_.rank)) {
-      groups_[s.ranks] = make_group(s, fmt::format("group{}", index));
+      groups_[s.ranks] = std::make_unique<Group>(s.name, s.ranks, env_.rank, backend, options_.timeout);
     }
   }
 }
@@ -147,7 +155,8 @@ Group& Runtime::create_separate_group(const GroupSpec& spec) {
   if (!std::binary_search(spec.ranks.begin(), spec.ranks.end(), env_.rank)) {
     throw std::logic_error(fmt::format("rank {} is not in group {}", env_.rank, spec.name));
   }
-  separate_.push_back(make_group(spec, fmt::format("separate{}", separate_.size())));
+  auto backend = new_backend(spec, fmt::format("separate{}", separate_.size()));
+  separate_.push_back(std::make_unique<Group>(spec.name, spec.ranks, env_.rank, backend, options_.timeout));
   return *separate_.back();
 }
 

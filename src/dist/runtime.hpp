@@ -23,6 +23,9 @@ struct RuntimeOptions {
   at::Device device{at::kCPU};
   std::chrono::milliseconds timeout{60'000};
   int intra_op_threads = 1;
+  // NCCL: every sub-group split from the world communicator (one collective
+  // over the world's, no fresh rendezvous) instead of initialised on its own.
+  bool nccl_split = true;
 };
 
 struct GroupSpec {
@@ -62,7 +65,11 @@ class Runtime {
 
  private:
   void check_same_list_everywhere(const std::vector<GroupSpec>& specs);
-  std::unique_ptr<Group> make_group(const GroupSpec& spec, const std::string& store_prefix);
+  // The communicator of a new group; null where this rank is not in it or the
+  // group has one rank. A split is collective over the world, so then every
+  // rank calls it, members or not.
+  c10::intrusive_ptr<c10d::Backend> new_backend(const GroupSpec& spec, const std::string& store_prefix);
+  bool splits_from_world() const;
 
   LaunchEnv env_;
   RuntimeOptions options_;
@@ -73,6 +80,7 @@ class Runtime {
   std::map<std::vector<int>, int> known_;                      // every rank set created
   std::vector<std::unique_ptr<Group>> separate_;                // create_separate_group's
   std::vector<c10::intrusive_ptr<c10d::Backend>> backends_;    // this rank's, in creation order
+  c10::intrusive_ptr<c10d::Backend> world_backend_;           // null for a world of one rank
   int create_calls_ = 0;
 };
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <vector>
 
 #include "util/durable_file.hpp"
@@ -64,12 +65,47 @@ std::map<std::string, OpTotals> totals_by_op(const std::vector<prof::KinetoEvent
   return totals;
 }
 
+// The GPU's own time: each kernel (and copy) by name, as the device ran it.
+std::map<std::string, OpTotals> totals_by_kernel(const std::vector<prof::KinetoEvent>& events) {
+  std::map<std::string, OpTotals> totals;
+  for (const auto& e : events) {
+    if (e.deviceType() != c10::DeviceType::CUDA) continue;
+    OpTotals& t = totals[e.name()];
+    ++t.calls;
+    t.total_ns += static_cast<double>(e.durationNs());
+    t.self_ns = t.total_ns;
+  }
+  return totals;
+}
+
+// Rows by self time, largest first, as a table; `head` gets its first `top` rows.
+std::string table_of(const std::map<std::string, OpTotals>& totals, const char* what, int top, std::string& head) {
+  std::vector<std::pair<std::string, OpTotals>> rows(totals.begin(), totals.end());
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.self_ns > b.second.self_ns; });
+  double all_self = 0;
+  for (const auto& [name, t] : rows) all_self += t.self_ns;
+  std::string table = fmt::format("{:<56} {:>7} {:>12} {:>7} {:>12}\n", what, "calls", "self ms", "self %", "total ms");
+  head += table;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const auto& [name, t] = rows[i];
+    const std::string line = fmt::format("{:<56} {:>7} {:>12.3f} {:>6.1f}% {:>12.3f}\n", name.substr(0, 56), t.calls,
+                                         t.self_ns / 1e6, all_self > 0 ? 100 * t.self_ns / all_self : 0.0,
+                                         t.total_ns / 1e6);
+    table += line;
+    if (static_cast<int>(i) < top) head += line;
+  }
+  return table + fmt::format("{:<56} {:>7} {:>12.3f}\n", "(sum)", "", all_self / 1e6);
+}
+
 }  // namespace
 
-OpProfile::OpProfile() {
+OpProfile::OpProfile(bool gpu_kernels) : gpu_kernels_(gpu_kernels) {
+  using torch::profiler::impl::ActivityType;
+  const std::set<ActivityType> activities =
+      gpu_kernels ? std::set<ActivityType>{ActivityType::CPU, ActivityType::CUDA} : std::set<ActivityType>{ActivityType::CPU};
   prof::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO);
-  prof::prepareProfiler(config, {torch::profiler::impl::ActivityType::CPU});
-  prof::enableProfiler(config, {torch::profiler::impl::ActivityType::CPU});
+  prof::prepareProfiler(config, activities);
+  prof::enableProfiler(config, activities);
   active_ = true;
 }
 
@@ -81,21 +117,11 @@ std::string OpProfile::finish(const std::string& path_prefix, int top) {
   active_ = false;
   const std::unique_ptr<prof::ProfilerResult> result = prof::disableProfiler();
   result->save(path_prefix + ".json");
-  const std::map<std::string, OpTotals> totals = totals_by_op(result->events());
-  std::vector<std::pair<std::string, OpTotals>> rows(totals.begin(), totals.end());
-  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.self_ns > b.second.self_ns; });
-  double all_self = 0;
-  for (const auto& [name, t] : rows) all_self += t.self_ns;
-  std::string table = fmt::format("{:<56} {:>7} {:>12} {:>7} {:>12}\n", "operator", "calls", "self ms", "self %",
-                                  "total ms");
-  std::string head = table;
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const auto& [name, t] = rows[i];
-    const std::string line = fmt::format("{:<56} {:>7} {:>12.3f} {:>6.1f}% {:>12.3f}\n", name.substr(0, 56), t.calls,
-                                         t.self_ns / 1e6, all_self > 0 ? 100 * t.self_ns / all_self : 0.0,
-                                         t.total_ns / 1e6);
-    table += line;
-    if (static_cast<int>(i) < top) head += line;
+  std::string head;
+  std::string table = table_of(totals_by_op(result->events()), "operator (host)", top, head);
+  if (gpu_kernels_) {
+    head += "\n";
+    table += "\n" + table_of(totals_by_kernel(result->events()), "GPU kernel", top, head);
   }
   write_file_atomic(path_prefix + ".txt", table);
   return head;

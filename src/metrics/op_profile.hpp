@@ -2,7 +2,7 @@
 // ATen's profiler records every operator the rank runs during step N; the
 // rank writes the trace (OUT/profile_rank<R>.json, for a trace viewer) and a
 // table of operators by self time (OUT/profile_rank<R>.txt), where the time
-// of a step goes and what bounds it.
+// of a step goes and what bounds it; on a GPU also the kernels by GPU time.
 #pragma once
 
 #include <memory>
@@ -12,7 +12,9 @@ namespace hetpar {
 
 class OpProfile {
  public:
-  OpProfile();   // starts recording on this thread
+  // Starts recording on this thread: the host's operators, and with
+  // `gpu_kernels` (a CUDA run) every kernel the GPU ran, by its own time.
+  explicit OpProfile(bool gpu_kernels = false);
   ~OpProfile();  // stops, if finish() was not called
   OpProfile(const OpProfile&) = delete;
   OpProfile& operator=(const OpProfile&) = delete;
@@ -23,6 +25,7 @@ class OpProfile {
 
  private:
   bool active_ = false;
+  bool gpu_kernels_ = false;
 };
 
 }  // namespace hetpar

@@ -4,6 +4,7 @@
 #include <torch/autograd.h>
 
 #include "tp/autograd_context.hpp"
+#include "util/host_to_device.hpp"
 
 namespace hetpar {
 namespace {
@@ -50,7 +51,7 @@ at::Tensor context_parallel_attention(const at::Tensor& q, const at::Tensor& k, 
   // K and V in one collective, sequence first: [S_local, 2, B, H_kv, d] -> the whole sequence in position order.
   const at::Tensor kv_local = at::stack({k, v}).permute({3, 0, 1, 2, 4});
   const at::Tensor gathered = AllGatherFwdReduceScatterBwd::apply(kv_local, &cp);
-  const at::Tensor order = gathered_row_of_position(chunk, cp.size()).to(q.device(), /*non_blocking=*/true);
+  const at::Tensor order = host_to_device(gathered_row_of_position(chunk, cp.size()), q.device());
   const at::Tensor kv = gathered.index_select(0, order).permute({1, 2, 3, 0, 4});
   const at::Tensor keys = kv.select(0, 0), values = kv.select(0, 1);  // [B, H_kv, S, d]
 

@@ -4,6 +4,7 @@
 
 #include "model/context_attention.hpp"
 #include "parallel/pipeline_schedule.hpp"
+#include "util/host_to_device.hpp"
 
 namespace hetpar {
 LlamaBlock::LlamaBlock(const LlmConfig& c, const std::string& name, uint64_t seed, Group& tp, Group* cp) {
@@ -61,15 +62,19 @@ at::Tensor LlamaModel::embed(const at::Tensor& ids, const at::Tensor& image_rows
   at::Tensor x = embed_->forward(ids);
   // Splice even zero rows: the boundary's backward must run on every rank,
   // also on one whose samples hold no image in this micro-batch.
-  if (image_rows.defined()) x = x.masked_scatter(image_mask.unsqueeze(-1), image_rows.to(x.scalar_type()));
-  return x;
+  if (!image_rows.defined()) return x;
+  // Positions from a nonzero of known size (the rows' count), then an indexed
+  // copy: no host sync, where masked_scatter's backward (a masked_select)
+  // waits for the device to count the mask.
+  const at::Tensor positions = at::nonzero_static(image_mask.flatten(), image_rows.size(0)).squeeze(1);
+  return x.reshape({-1, x.size(-1)}).index_copy(0, positions, image_rows.to(x.scalar_type())).view(x.sizes());
 }
 
 at::Tensor LlamaModel::blocks(const at::Tensor& input) {
   const int64_t s = input.size(1);
   at::Tensor cos = rope_cos_.narrow(0, 0, s), sin = rope_sin_.narrow(0, 0, s);
   if (cp_ != nullptr) {
-    const at::Tensor positions = cp_positions(s * cp_->size(), cp_->rank(), cp_->size()).to(rope_cos_.device());
+    const at::Tensor positions = host_to_device(cp_positions(s * cp_->size(), cp_->rank(), cp_->size()), rope_cos_.device());
     cos = rope_cos_.index_select(0, positions);
     sin = rope_sin_.index_select(0, positions);
   }

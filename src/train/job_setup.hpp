@@ -14,6 +14,7 @@ inline RuntimeOptions runtime_options(const RuntimeConfig& c, const at::Device& 
   options.device = device;
   options.timeout = std::chrono::milliseconds(static_cast<int64_t>(c.timeout_s * 1000));
   options.intra_op_threads = static_cast<int>(c.intra_op_threads);
+  options.nccl_split = c.nccl_split;
   return options;
 }
 

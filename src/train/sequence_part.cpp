@@ -3,12 +3,13 @@
 #include <ATen/ATen.h>
 
 #include "model/context_attention.hpp"
+#include "util/host_to_device.hpp"
 
 namespace hetpar {
 namespace {
 
 at::Tensor positions_of(const at::Tensor& per_position, const Group& cp) {
-  return cp_positions(per_position.size(1), cp.rank(), cp.size()).to(per_position.device(), /*non_blocking=*/true);
+  return host_to_device(cp_positions(per_position.size(1), cp.rank(), cp.size()), per_position.device());
 }
 
 }  // namespace

@@ -149,7 +149,7 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
   for (int64_t step = first_step; step <= config.run.steps; ++step) {
     maybe_inject_fault(runtime.rank(), step);
     std::optional<OpProfile> profile;
-    if (step == config.runtime.profile_step) profile.emplace();
+    if (step == config.runtime.profile_step) profile.emplace(device.is_cuda());
     reset_peak_memory(device);
     std::optional<HostSyncCheck> no_host_sync(std::in_place, device);
     const auto t0 = Clock::now();

@@ -64,7 +64,10 @@ void die_of(const std::exception& error) {
                                       error_message(error)));
   }
   const bool collective = dynamic_cast<const CollectiveError*>(&error) != nullptr;
-  die(collective ? kExitCollectiveError : kExitError, error_message(error));
+  // Where a torch error came from, when asked for (the GPU check's host-sync run does).
+  const char* trace = std::getenv("TORCH_SHOW_CPP_STACKTRACES");
+  const bool with_trace = trace != nullptr && std::string(trace) == "1" && dynamic_cast<const c10::Error*>(&error);
+  die(collective ? kExitCollectiveError : kExitError, with_trace ? std::string(error.what()) : error_message(error));
 }
 
 }  // namespace hetpar

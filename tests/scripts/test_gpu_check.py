@@ -79,3 +79,23 @@ def test_report_fails_what_misses(tmp_path, bf16_shift, mfu, failing):
     code, text, result = report(tmp_path / "out")
     assert code == 1
     assert {c["check"]: c for c in result["checks"]}[failing]["result"] == "FAIL", text
+
+
+def plan(out, profile, step_seconds):
+    (out / f"plan_{profile}").mkdir()
+    (out / f"plan_{profile}" / "plan.json").write_text(json.dumps(
+        {"format": "hetpar-plan/1", "given": {"step_seconds": step_seconds, "peak_memory_bytes": 2**30}}))
+
+
+def test_report_sets_the_model_beside_the_measurement(tmp_path):
+    out = tmp_path / "out"
+    crafted(out, bf16_shift=1e-4, mfu=0.5)  # measured: 1.0 s/step
+    plan(out, "published", 1.10)
+    plan(out, "measured", 0.80)
+    code, text, result = report(out)
+    by_name = {c["check"]: c for c in result["checks"]}
+    assert by_name["step-time model, published profile"]["result"] == "pass"
+    assert "(+10.0 %)" in by_name["step-time model, published profile"]["figure"]
+    assert by_name["step-time model, measured profile"]["result"] == "FAIL"  # 20 % off
+    assert "(-20.0 %)" in by_name["step-time model, measured profile"]["figure"]
+    assert code == 1, text
