@@ -78,8 +78,8 @@ def main(out):
           "3 steps with every synchronising operation an error" if sync else "", "the run finishes")
 
     summary_path = out / "throughput" / "summary.json"
-    if summary_path.exists():
-        s = json.loads(summary_path.read_text())
+    s = json.loads(summary_path.read_text()) if summary_path.exists() else None  # the throughput run's summary
+    if s:
         steps = read_steps(out / "throughput")[s.get("warmup_steps", 0):]
         ratios = [sum(l["phases"].values()) / l["step_seconds"] for l in steps]
         ratio = sum(ratios) / len(ratios)
@@ -92,18 +92,17 @@ def main(out):
         check("throughput (8B-shaped layers, bf16)", None, "the run did not finish", "MFU >= 45 %")
 
     # The step-time model on this GPU: hetpar plan's prediction for the throughput run's own layout.
-    measured = json.loads(summary_path.read_text()) if summary_path.exists() else None
     for profile in ("published", "measured"):
         plan_path = out / f"plan_{profile}" / "plan.json"
         given = json.loads(plan_path.read_text()).get("given") if plan_path.exists() else None
         name = f"step-time model, {profile} profile"
-        if not given or not measured:
+        if not given or not s:
             check(name, None, "no prediction" if not given else "no measurement", "within 15 %")
             continue
-        error = given["step_seconds"] / measured["step_seconds_median"] - 1
+        error = given["step_seconds"] / s["step_seconds_median"] - 1
         figure = f"predicted {given['step_seconds']:.3f} s/step ({100 * error:+.1f} %)"
-        if measured.get("peak_memory_mib"):
-            memory_error = given["peak_memory_bytes"] / 2**20 / measured["peak_memory_mib"] - 1
+        if s.get("peak_memory_mib"):
+            memory_error = given["peak_memory_bytes"] / 2**20 / s["peak_memory_mib"] - 1
             figure += f", peak memory {given['peak_memory_bytes'] / 2**30:.1f} GiB ({100 * memory_error:+.1f} %)"
         check(name, abs(error) <= 0.15, figure, "step time within 15 %")
 

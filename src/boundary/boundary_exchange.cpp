@@ -93,8 +93,7 @@ at::Tensor receive_rows(const BoundaryExchange::Route& route, int64_t out_rows, 
   }
   const at::Tensor out = at::zeros({out_rows, hidden}, options);
   if (parts.empty()) return out;
-  return out.index_copy(0, index_on(route.recv_index, options.device()),
-                        at::cat(parts));
+  return out.index_copy(0, index_on(route.recv_index, options.device()), at::cat(parts));
 }
 
 struct Exchange : torch::autograd::Function<Exchange> {

@@ -68,7 +68,7 @@ at::Tensor MultimodalModel::encode(const at::Tensor& pixels) { return encoder_st
 at::Tensor MultimodalModel::encoder_stage(const at::Tensor& pixels, const at::Tensor& hidden) {
   const at::Tensor& input = encoder->first_stage() ? pixels : hidden;
   if (input.size(0) == 0 && encoder_last_stage()) {
-    return at::zeros({0, llm_hidden_}, at::TensorOptions(activation_dtype()).device(device_)).set_requires_grad(true);
+    return at::zeros({0, llm_hidden_}, activation_options()).set_requires_grad(true);
   }
   const AutocastScope autocast(bf16_);
   at::Tensor x;
