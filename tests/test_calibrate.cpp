@@ -1,5 +1,6 @@
 // `hetpar calibrate` through the real binary: a quick profile holds every
-// section with finite positive rates, where and when it was measured, and
+// section with finite positive rates (whole layers and shared cores among
+// them), where and when it was measured, and
 // each collective per group size with its alpha-beta fit; bad options are
 // refused before anything is measured.
 #include <nlohmann/json.hpp>
@@ -32,7 +33,23 @@ TEST(Calibrate, QuickProfileHasEverySection) {
   for (const char* key : {"device", "commit", "torch_version", "date"}) EXPECT_TRUE(p["measured"][key].is_string()) << key;
   EXPECT_EQ(p["measured"]["ranks"], 4);
   ASSERT_EQ(p["gemm"].size(), 8u);  // {64, 256}^3
-  for (const auto& g : p["gemm"]) EXPECT_TRUE(positive(g["flops_per_second"])) << g;
+  for (const auto& g : p["gemm"]) {
+    EXPECT_TRUE(positive(g["flops_per_second"])) << g;
+    EXPECT_TRUE(positive(g["backward_flops_per_second"])) << g;
+  }
+  // One whole layer of each module (the quick grid's one shape), forward and backward.
+  ASSERT_EQ(p["layers"].size(), 2u);
+  std::set<std::string> modules;
+  for (const auto& l : p["layers"]) {
+    modules.insert(l["module"].get<std::string>());
+    EXPECT_TRUE(positive(l["forward_seconds"]) && positive(l["backward_seconds"])) << l;
+  }
+  EXPECT_EQ(modules, (std::set<std::string>{"llm", "encoder"}));
+  // 4 ranks on this machine's cores: the same compute alone and on every rank at once.
+  const auto& shared = p["shared_cores"];
+  EXPECT_EQ(shared["ranks"], 4);
+  EXPECT_TRUE(positive(shared["alone_seconds"]) && positive(shared["all_ranks_seconds"])) << shared;
+  EXPECT_TRUE(positive(shared["efficiency"]) && shared["efficiency"].get<double>() <= 1.0) << shared;
   ASSERT_EQ(p["attention"].size(), 6u);  // 2 sequences x (causal, bidirectional, causal grouped-query)
   int grouped = 0;
   for (const auto& a : p["attention"]) grouped += a["kv_heads"] != a["heads"];

@@ -26,6 +26,18 @@ TEST(Profile, AGemmTakesItsFlopsAtTheNearestMeasuredRate) {
   EXPECT_DOUBLE_EQ(p.gemm_seconds(0, 64, 64), 0);
 }
 
+TEST(Profile, ABackwardTakesItsTwoGemmsAtTheBackwardRate) {
+  json j = flat_profile(1e9, 2);
+  const Profile published = Profile::from_json(j, "test");  // one rate stated: the backward runs at it
+  EXPECT_DOUBLE_EQ(published.gemm_backward_seconds(64, 64, 64), 4.0 * 64 * 64 * 64 / 1e9);
+  j["gemm"][0]["backward_flops_per_second"] = 5e8;
+  const Profile measured = Profile::from_json(j, "test");
+  EXPECT_DOUBLE_EQ(measured.gemm_seconds(64, 64, 64), 2.0 * 64 * 64 * 64 / 1e9);
+  EXPECT_DOUBLE_EQ(measured.gemm_backward_seconds(64, 64, 64), 4.0 * 64 * 64 * 64 / 5e8);
+  j["gemm"][0]["backward_flops_per_second"] = 0;
+  EXPECT_THROW(Profile::from_json(j, "test"), std::runtime_error);
+}
+
 TEST(Profile, ACollectiveTakesLatencyPlusBytesOverBandwidth) {
   json j = flat_profile(1e9, 2);
   j["collectives"][0] = {{"op", "all_reduce"}, {"group_size", 2}, {"latency_seconds", 1e-3}, {"bytes_per_second", 1e9}};
@@ -83,6 +95,69 @@ TEST(OpTimes, TheLlmForwardIsItsMatmulFlopsAtTheRate) {
   EXPECT_NEAR(op_times(tp2, Profile::from_json(flat_profile(1e9, 2), "flat")).llm_forward[0], flops / 2e9, 1e-6 * flops / 1e9);
 }
 
+// The same LLM with free matmuls and only "add"-kind ops priced (1e9 B/s):
+// per token and layer the two residual adds (3 x 64 values each), the
+// attention output's copy (2 x 64), the SwiGLU product (3 x 192) and RoPE on
+// q and k (5 x (64 + 32)) forward, all but RoPE twice over backward; per
+// layer and micro-batch the fused weights concatenated forward (2 x 4 bytes
+// of 64 x 128 + 2 x 64 x 192 = 32768 values) and all 49152 weights'
+// gradients accumulated backward (3 x 4 bytes each); the fp32 loss over the
+// 512 logits a token (9.5 passes forward, 5.5 backward) and the head's and
+// embedding's gradients accumulated (32768 values each). Under TP2 each
+// rank's share, plus the copies of four all-reduce inputs (2 x 64 each).
+TEST(OpTimes, TheLlmElementwiseWorkIsTheLayerCodesOps) {
+  json j = flat_profile(1e30, 2);
+  for (json& m : j["memory_bound"]) {
+    if (m["op"] == "add") m["bytes_per_second"] = 1e9;
+  }
+  const Profile p = Profile::from_json(j, "adds only");
+  const double tokens = 256, bytes = 4;
+  const double layer_forward = 2 * 3 * 64 + 2 * 64 + 3 * 192 + 5 * 96, rope = 5 * 96;
+  const double loss_forward = 9.5 * bytes * tokens * 512, loss_backward = 5.5 * bytes * tokens * 512;
+  const double table = 512 * 64;  // the head's weights, and the embedding's
+  const OpTimes t = op_times(load_run_config(HETPAR_SOURCE_DIR "/workloads/tiny.toml", {}), p);
+  EXPECT_NEAR(t.llm_forward[0], (2 * (tokens * bytes * layer_forward + 8 * 32768) + loss_forward) / 1e9, 1e-10);
+  EXPECT_NEAR(t.llm_backward[0],
+              (2 * (tokens * bytes * (2 * layer_forward - rope) + 12 * 49152) + loss_backward + 2 * 12 * table) / 1e9,
+              1e-10);
+  const OpTimes tp2 = op_times(load_run_config(HETPAR_SOURCE_DIR "/workloads/tiny.toml", {"layout.llm.tp=2"}), p);
+  const double shard_forward = 2 * 3 * 64 + (2 * 64 + 3 * 192 + 5 * 96) / 2.0 + 2 * 2 * 64;
+  EXPECT_NEAR(tp2.llm_forward[0], (2 * (tokens * bytes * shard_forward + 8 * 16384) + loss_forward / 2) / 1e9, 1e-10);
+}
+
+// Calibrated whole layers set the layer's compute: with GEMMs at 1 GFLOP/s
+// and nothing else priced, the tiny LLM layer's primitives are its matmul
+// FLOPs (98304 a token, 256 tokens: P = 25.2 ms forward, 2P backward). Two
+// measured shapes (hidden 64 and 128) fit fixed + ratio x primitives; one
+// shape gives the ratio alone.
+TEST(OpTimes, CalibratedLayersSetALayersCompute) {
+  json j = flat_profile(1e9, 2);
+  const RunConfig c = load_run_config(HETPAR_SOURCE_DIR "/workloads/tiny.toml", {});
+  const double layer = 256.0 * 98304 / 1e9, head = 256.0 * 2 * 64 * 512 / 1e9;
+  // The same layer at hidden 128 (heads of 32, SwiGLU 384): 4x the FLOPs a token.
+  const double wide = 256.0 * 2 * (128 * (128 + 2 * 64) + 128 * 128 + 3 * 128 * 384) / 1e9;
+  const auto entry = [](double hidden, double mlp, double forward, double backward) {
+    return json{{"module", "llm"}, {"sequences", 2}, {"seq", 128}, {"hidden", hidden}, {"heads", 4},
+                {"kv_heads", 2}, {"mlp", mlp}, {"forward_seconds", forward}, {"backward_seconds", backward}};
+  };
+  // Measured: 2 ms + 1.5x the primitives forward, 3 ms + 1.25x backward.
+  j["layers"] = {entry(64, 192, 2e-3 + 1.5 * layer, 3e-3 + 1.25 * 2 * layer),
+                 entry(128, 384, 2e-3 + 1.5 * wide, 3e-3 + 1.25 * 2 * wide)};
+  const OpTimes fitted = op_times(c, Profile::from_json(j, "two layers"));
+  EXPECT_NEAR(fitted.llm_forward[0], 2 * (2e-3 + 1.5 * layer) + head, 1e-9);
+  EXPECT_NEAR(fitted.llm_backward[0], 2 * (3e-3 + 1.25 * 2 * layer) + 2 * head, 1e-9);
+  // TP2 halves the primitives, not the fixed part.
+  const RunConfig tp2 = load_run_config(HETPAR_SOURCE_DIR "/workloads/tiny.toml", {"layout.llm.tp=2"});
+  EXPECT_NEAR(op_times(tp2, Profile::from_json(j, "two layers")).llm_forward[0],
+              2 * (2e-3 + 1.5 * layer / 2) + head / 2, 1e-9);
+  j["layers"] = {entry(128, 384, 2 * wide, 3 * wide)};
+  const OpTimes ratio = op_times(c, Profile::from_json(j, "one layer"));
+  EXPECT_NEAR(ratio.llm_forward[0], 2 * 2 * layer + head, 1e-9);
+  EXPECT_NEAR(ratio.llm_backward[0], 2 * 1.5 * 2 * layer + 2 * head, 1e-9);
+  j["layers"][0]["module"] = "vision";
+  EXPECT_THROW(Profile::from_json(j, "bad"), std::runtime_error);
+}
+
 TEST(OpTimes, MoreRanksThanCoresTakeTheCoresTimeForEveryonesCompute) {
   // DP4, every rank equally busy: on 4 cores the schedule's time, on 2 twice it.
   const RunConfig dp4 = load_run_config(HETPAR_SOURCE_DIR "/workloads/tiny.toml",
@@ -92,6 +167,18 @@ TEST(OpTimes, MoreRanksThanCoresTakeTheCoresTimeForEveryonesCompute) {
   const double alone = predict_step_seconds(dp4, op_times(dp4, four));
   EXPECT_NEAR(predict_step_seconds(dp4, four), alone, 1e-9);
   EXPECT_NEAR(predict_step_seconds(dp4, two), 2 * alone, 1e-3 * alone);
+  // Switching between ranks costs: at 80 % efficiency the cores take 1/0.8 as long.
+  json slowed = flat_profile(1e9, 2);
+  slowed["shared_cores"] = {{"efficiency", 0.8}};
+  EXPECT_NEAR(predict_step_seconds(dp4, Profile::from_json(slowed, "2 cores at 80 %")), 2 * alone / 0.8,
+              1e-3 * alone);
+  EXPECT_NEAR(predict_step_seconds(dp4, Profile::from_json([&] {
+                json four_slowed = flat_profile(1e9, 4);
+                four_slowed["shared_cores"] = {{"efficiency", 0.8}};
+                return four_slowed;
+              }(), "4 cores")), alone, 1e-9);  // no core shared: no switching
+  slowed["shared_cores"]["efficiency"] = 1.5;
+  EXPECT_THROW(Profile::from_json(slowed, "bad"), std::runtime_error);
 }
 
 // Runs measured closer than the margin may come out either way; further apart

@@ -64,9 +64,9 @@ int run_rank(const CalibrateArgs& args, const LaunchEnv& env, CalibrationOptions
   // communicators take).
   const double resident = options.device.is_cuda() ? device_bytes_in_use(options.device) : resident_bytes();
   const nlohmann::json collectives = measure_collectives(runtime, options);
-  if (env.rank == 0) {
-    write_file_atomic(args.rank_output, nlohmann::json{{"collectives", collectives}, {"resident_bytes", resident}}.dump());
-  }
+  nlohmann::json part = {{"collectives", collectives}, {"resident_bytes", resident}};
+  if (!options.device.is_cuda()) part["shared_cores"] = measure_shared_cores(runtime, cores());
+  if (env.rank == 0) write_file_atomic(args.rank_output, part.dump());
   return 0;
 }
 
@@ -215,11 +215,17 @@ int run_calibrate(const CalibrateArgs& args) {
   profile["attention"] = measure_attention(options);
   profile["memory_bound"] = measure_memory_bound(options);
   std::vector<std::string> measured = {"gemm", "attention", "memory_bound"};
+  if (!gpu) {
+    log_info("calibrate: whole layers of each module, forward and backward");
+    profile["layers"] = measure_layers(options);
+    measured.push_back("layers");
+  }
 
   nlohmann::json ranks_part;
   if (!gpu || gpus >= 2) {
     ranks_part = collectives_on_local_ranks(resolved, ranks);
     profile["collectives"] = ranks_part.at("collectives");
+    if (ranks_part.contains("shared_cores")) profile["shared_cores"] = ranks_part.at("shared_cores");
     measured.push_back("collectives");
   }
   profile["measured"] = {

@@ -67,6 +67,7 @@ void Group::check_peer(int peer, const char* call) const {
 
 void Group::all_reduce(at::Tensor& tensor, ReduceOp op) {
   if (size() == 1) return;
+  RECORD_FUNCTION("group::all_reduce", std::vector<c10::IValue>{tensor});  // named in op profiles
   std::vector<at::Tensor> tensors{tensor};
   c10d::AllreduceOptions opts;
   opts.reduceOp = to_c10d(op);
@@ -77,6 +78,7 @@ void Group::all_reduce(at::Tensor& tensor, ReduceOp op) {
 
 at::Tensor Group::all_gather(const at::Tensor& tensor) {
   if (size() == 1) return tensor.clone();
+  RECORD_FUNCTION("group::all_gather", std::vector<c10::IValue>{tensor});  // named in op profiles
   at::Tensor input = tensor.contiguous();
   std::vector<int64_t> shape = input.sizes().vec();
   if (shape.empty()) shape.push_back(1);
@@ -95,6 +97,7 @@ at::Tensor Group::reduce_scatter(const at::Tensor& tensor) {
                                        fmt::join(tensor.sizes(), "x"), size()));
   }
   if (size() == 1) return tensor.clone();
+  RECORD_FUNCTION("group::reduce_scatter", std::vector<c10::IValue>{tensor});  // named in op profiles
   at::Tensor input = tensor.contiguous();
   std::vector<int64_t> shape = input.sizes().vec();
   shape[0] /= size();
@@ -119,6 +122,7 @@ at::Tensor Group::all_to_all_v(const at::Tensor& input, const std::vector<int64_
   std::vector<int64_t> shape = input.sizes().vec();
   shape[0] = total(recv_rows);
   if (size() == 1) return input.clone();
+  RECORD_FUNCTION("group::all_to_all_v", std::vector<c10::IValue>{input});  // named in op profiles
   at::Tensor in = input.contiguous();
   at::Tensor output = at::empty(shape, input.options());
   std::vector<int64_t> out_counts = recv_rows, in_counts = send_rows;  // c10d takes them mutable

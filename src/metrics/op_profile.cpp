@@ -103,7 +103,9 @@ OpProfile::OpProfile(bool gpu_kernels) : gpu_kernels_(gpu_kernels) {
   using torch::profiler::impl::ActivityType;
   const std::set<ActivityType> activities =
       gpu_kernels ? std::set<ActivityType>{ActivityType::CPU, ActivityType::CUDA} : std::set<ActivityType>{ActivityType::CPU};
-  prof::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO);
+  // Shapes and FLOPs in the trace: what a kernel was asked to do, beside how long it took.
+  prof::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO, /*report_input_shapes=*/true,
+                              /*profile_memory=*/false, /*with_stack=*/false, /*with_flops=*/true);
   prof::prepareProfiler(config, activities);
   prof::enableProfiler(config, activities);
   active_ = true;

@@ -36,12 +36,26 @@ struct CalibrationOptions {
 nlohmann::json measure_gemm(const CalibrationOptions& options);
 nlohmann::json measure_attention(const CalibrationOptions& options);
 nlohmann::json measure_memory_bound(const CalibrationOptions& options);
+// Whole layers as the trainer runs them (model/llama.hpp's block, the
+// vision encoder's), forward and backward on one rank at two shapes per
+// module: what the primitives above leave out of a layer (dispatch, copies,
+// elementwise ops, caches a step keeps cold) is the ratio of a layer's time to
+// its primitives' sum, which the step-time model applies (plan/op_times.cpp).
+// Empty on a GPU (not measured there yet).
+nlohmann::json measure_layers(const CalibrationOptions& options);
 
 // Every rank of RUNTIME calls this (on its device; NCCL on GPUs): for each group size 2, 4, ... up to the
 // world (the first g ranks; the others wait), each collective the trainer
 // uses at several message sizes. The result (meaningful on rank 0) is the
 // "collectives" section.
 nlohmann::json measure_collectives(Runtime& runtime, const CalibrationOptions& options);
+
+// Every rank of RUNTIME calls this (CPU only): a block of a layer's kinds of
+// compute timed on rank 0 alone and then on every rank at once. With more
+// ranks than cores the cores switch between ranks, and each switch costs
+// (caches refilled): "efficiency" is the ideal time (alone x ranks / cores,
+// never less than alone) over the measured one. Meaningful on rank 0.
+nlohmann::json measure_shared_cores(Runtime& runtime, int cores);
 
 // The group sizes measured for a world of WORLD ranks: 2, 4, 8, ... and WORLD.
 std::vector<int> calibration_group_sizes(int world);

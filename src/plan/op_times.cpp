@@ -5,6 +5,7 @@
 
 #include "metrics/model_flops.hpp"
 #include "parallel/pipeline_schedule.hpp"
+#include "plan/alpha_beta_fit.hpp"
 
 namespace hetpar {
 namespace {
@@ -30,8 +31,7 @@ struct RankCost {
 
 // A matmul on `tokens` rows: forward once, backward twice (input and weight gradients).
 Cost matmul(const Profile& p, double tokens, double out, double in) {
-  const double s = p.gemm_seconds(tokens, out, in);
-  return {s, 2 * s};
+  return {p.gemm_seconds(tokens, out, in), p.gemm_backward_seconds(tokens, out, in)};
 }
 
 // A memory-bound op over `elements` values, read and written once; its backward the same again, twice.
@@ -51,12 +51,21 @@ int members_per_node(const Profile& p, int first, int stride, int size) {
   return members;
 }
 
+// Bytes a micro-batch moves over the weights, at the add bandwidth: `fused`
+// of `weights` fp32 values concatenated forward (read and written), every
+// gradient accumulated backward (two fp32 values read, one written); with a
+// bf16 profile each weight cast to bf16 forward and its gradient back to fp32.
+Cost weight_traffic(const Profile& p, double fused, double weights) {
+  const double cast = p.element_bytes() < kFp32 ? (kFp32 + p.element_bytes()) * weights : 0;
+  return {p.memory_seconds("add", 2 * kFp32 * fused + cast), p.memory_seconds("add", 3 * kFp32 * weights + cast)};
+}
+
 struct LayerShape {
   double tokens;         // rows on this rank
   double hidden, heads, kv_heads, head_dim, mlp;
   int tp, cp;
   int tp_spans, cp_spans;  // members a node holds when the group crosses nodes (0: it does not)
-  bool gated, causal;
+  bool gated, causal, rope;
   double sequences, seq;  // attention: sequences of seq keys (queries split over cp)
   const char* norm;
   const char* activation;
@@ -74,9 +83,28 @@ RankCost layer_cost(const Profile& p, const LayerShape& l) {
   c.compute += Cost{p.attention_seconds(pairs, l.seq, l.head_dim, l.causal, false, grouped),
                     p.attention_seconds(pairs, l.seq, l.head_dim, l.causal, true, grouped)} *
                (1.0 / l.cp);
-  c.compute += memory(p, l.norm, l.tokens * l.hidden) * 2;
-  c.compute += memory(p, l.activation, l.tokens * l.mlp / l.tp * (l.gated ? 2 : 1));
-  c.compute += memory(p, "add", l.tokens * l.hidden, 3) * 2;
+  // The elementwise work as the layer code does it (model/*.cpp), each op's
+  // values read and written at the bandwidth measured for its kind:
+  c.compute += memory(p, l.norm, l.tokens * l.hidden) * 2;           // two norms
+  c.compute += memory(p, "add", l.tokens * l.hidden, 3) * 2;         // two residual adds
+  c.compute += memory(p, "add", l.tokens * q, 2);                    // attention output to [tokens, heads x d]
+  c.compute += memory(p, l.activation, l.tokens * l.mlp / l.tp);     // the MLP's activation
+  if (l.gated) c.compute += memory(p, "add", l.tokens * l.mlp / l.tp, 3);  // times the up projection
+  if (l.rope) {  // q and k rotated (a product and a fused multiply-add a value); the backward rotates back
+    const double rotate = memory(p, "add", l.tokens * (q + kv), 5).forward;
+    c.compute += Cost{rotate, rotate};
+  }
+  if (l.tp > 1) {  // each TP all-reduce's input copied (two forward, two backward)
+    const double copy = memory(p, "add", l.tokens * l.hidden, 2).forward;
+    c.compute += Cost{2 * copy, 2 * copy};
+  }
+  // The weights, every micro-batch: the fused projections' fp32 weights
+  // concatenated (q, k and v; gate and up), and each gradient added into the
+  // fp32 .grad. Under bf16 autocast every weight is also cast forward and its
+  // gradient cast back to fp32.
+  const double fused = l.hidden * (q + 2 * kv) + (l.gated ? 2 * l.hidden * l.mlp / l.tp : 0);
+  const double weights = l.hidden * (2 * q + 2 * kv) + l.hidden * l.mlp / l.tp * (l.gated ? 3 : 2);
+  c.compute += weight_traffic(p, fused, weights);
   // TP: the attention and MLP outputs all-reduced forward, their input gradients backward.
   const double e = p.element_bytes();
   const double tp = 2 * p.collective_seconds("all_reduce", l.tp, e * l.tokens * l.hidden, l.tp_spans);
@@ -84,6 +112,51 @@ RankCost layer_cost(const Profile& p, const LayerShape& l) {
   const double kv_bytes = 2 * e * l.tokens * l.cp * kv;
   c.comm += {tp + p.collective_seconds("all_gather", l.cp, kv_bytes, l.cp_spans),
              tp + p.collective_seconds("reduce_scatter", l.cp, kv_bytes, l.cp_spans)};
+  return c;
+}
+
+// A module's layer as calibrated: its measured time against the compute
+// layer_cost counts for it (same shape, one rank), fitted as a fixed part (the
+// ops' dispatch and autograd, which TP does not shrink) plus a multiple of
+// the primitives (what they miss in proportion: copies, elementwise ops,
+// caches a step keeps cold), forward and backward apart. One measured shape:
+// the ratio alone. None: the primitives as they are.
+struct LayerFit {
+  AlphaBeta forward{0, 1}, backward{0, 1};  // seconds = fixed + primitives / "bytes_per_second" (here a ratio)
+};
+
+LayerFit fit_layer(const Profile& p, const LayerShape& l, const std::string& module) {
+  std::vector<std::pair<double, double>> forward, backward;  // (primitives' seconds, measured seconds)
+  for (const Profile::LayerTiming& m : p.layers()) {
+    if (m.module != module) continue;
+    LayerShape at = l;
+    at.tokens = m.sequences * m.seq, at.sequences = m.sequences, at.seq = m.seq;
+    at.hidden = m.hidden, at.heads = m.heads, at.kv_heads = m.kv_heads, at.head_dim = m.hidden / m.heads;
+    at.mlp = m.mlp, at.tp = 1, at.cp = 1, at.tp_spans = 0, at.cp_spans = 0;
+    const Cost primitives = layer_cost(p, at).compute;
+    forward.emplace_back(primitives.forward, m.forward_seconds);
+    backward.emplace_back(primitives.backward, m.backward_seconds);
+  }
+  const auto fit = [](const std::vector<std::pair<double, double>>& points) {
+    if (points.empty()) return AlphaBeta{0, 1};
+    if (points.size() > 1) {
+      try {
+        return fit_alpha_beta(points);
+      } catch (const std::invalid_argument&) {  // shapes too alike to tell the parts apart: the mean ratio
+      }
+    }
+    double primitives = 0, measured = 0;
+    for (const auto& [x, y] : points) primitives += x, measured += y;
+    return AlphaBeta{0, primitives / measured};
+  };
+  return {fit(forward), fit(backward)};
+}
+
+// A layer's cost with its compute as the module's calibration fits it (collectives as measured).
+RankCost calibrated_layer_cost(const Profile& p, const LayerShape& l, const std::string& module) {
+  RankCost c = layer_cost(p, l);
+  const LayerFit f = fit_layer(p, l, module);
+  c.compute = {f.forward.seconds(c.compute.forward), f.backward.seconds(c.compute.backward)};
   return c;
 }
 
@@ -119,14 +192,22 @@ OpEstimate estimate_ops(const RunConfig& c, const Profile& p) {
                              double(llm.hidden / llm.heads), double(llm.ffn_hidden), pl.llm.tp, pl.llm.cp,
                              members_per_node(p, llm_first, 1, pl.llm.tp),
                              members_per_node(p, llm_first, pl.llm.tp, pl.llm.cp),
-                             true, true,
+                             /*gated=*/true, /*causal=*/true, /*rope=*/true,
                              double(c.data.micro_batch_size), double(llm.seq_len), "rms_norm", "gelu"};
-  const RankCost layer = layer_cost(p, llm_layer);
+  const RankCost layer = calibrated_layer_cost(p, llm_layer, "llm");
   for (int s = 0; s < pl.llm.pp; ++s) {
     RankCost stage = stack(layer, stage_layers(llm.layers, pl.llm.pp, s).count);
+    if (s == 0) {  // the embedding's gradient, dense over this rank's vocabulary, added into its .grad
+      stage.compute += Cost{0, p.memory_seconds("add", 3 * kFp32 * double(llm.vocab_size) / pl.llm.tp * double(llm.hidden))};
+    }
     if (s == pl.llm.pp - 1) {  // the head, its loss, and the vocab-parallel loss's small all-reduces
       stage.compute += matmul(p, tokens, double(llm.vocab_size) / pl.llm.tp, double(llm.hidden));
-      stage.compute += memory(p, "add", tokens * double(llm.vocab_size) / pl.llm.tp, 3);
+      // The loss in fp32 over this rank's logits (tp/vocab_parallel.cpp): cast
+      // in, max, shift, exp, sum and softmax forward (9.5 fp32 passes); the
+      // gradient's copy, scale and cast back (5.5).
+      const double logits = tokens * double(llm.vocab_size) / pl.llm.tp;
+      stage.compute += Cost{p.memory_seconds("add", 9.5 * kFp32 * logits), p.memory_seconds("add", 5.5 * kFp32 * logits)};
+      stage.compute += weight_traffic(p, 0, double(llm.vocab_size) / pl.llm.tp * double(llm.hidden));
       stage.comm += Cost{3 * p.collective_seconds("all_reduce", pl.llm.tp, kFp32 * tokens, llm_layer.tp_spans), 0};
     }
     t.llm_forward.push_back(stage.forward());
@@ -140,9 +221,10 @@ OpEstimate estimate_ops(const RunConfig& c, const Profile& p) {
   const double patches = static_cast<double>(enc.patches_per_image());
   const LayerShape enc_layer{images * patches, double(enc.hidden), double(enc.heads), double(enc.heads),
                              double(enc.hidden / enc.heads), double(enc.mlp_hidden), pl.encoder.tp, 1,
-                             members_per_node(p, enc_first, 1, pl.encoder.tp), false, false, false,
+                             members_per_node(p, enc_first, 1, pl.encoder.tp), false, /*gated=*/false,
+                             /*causal=*/false, /*rope=*/false,
                              images, patches, "layer_norm", "gelu"};
-  const RankCost vit = layer_cost(p, enc_layer);
+  const RankCost vit = calibrated_layer_cost(p, enc_layer, "encoder");
   for (int s = 0; s < pl.encoder.pp; ++s) {
     RankCost stage = stack(vit, stage_layers(enc.layers, pl.encoder.pp, s).count);
     if (s == 0) stage.compute += matmul(p, images * patches, double(enc.hidden), double(enc.channels * enc.patch_size * enc.patch_size));
@@ -209,10 +291,13 @@ OpTimes op_times(const RunConfig& config, const Profile& profile) { return estim
 namespace {
 
 // More ranks than cores: the step takes at least the time the cores need for
-// every rank's compute; a rank that waits lends its core meanwhile.
+// every rank's compute; a rank that waits lends its core meanwhile, and the
+// switches between ranks cost what the calibration measured.
 double cores_bound(const RunConfig& config, const OpEstimate& ops, const Profile& profile) {
   const double cores = static_cast<double>(profile.cores()) / static_cast<double>(config.runtime.intra_op_threads);
-  return cores > 0 ? ops.compute_seconds / cores : 0;
+  if (cores <= 0) return 0;
+  const bool shared = config.placement.world_size > cores;
+  return ops.compute_seconds / cores / (shared ? profile.shared_core_efficiency() : 1.0);
 }
 
 }  // namespace

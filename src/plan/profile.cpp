@@ -71,6 +71,11 @@ Profile Profile::from_json(const nlohmann::json& j, const std::string& origin) {
   p.gpus_per_node_ = static_cast<int>(optional_number("gpus_per_node", 0));
   if (p.gpus_per_node_ > 0) p.cores_ = 0;  // a device per rank: no cores shared
   p.attention_keeps_probabilities_ = j.value("attention_keeps_probabilities", false);
+  if (const auto shared = j.find("shared_cores"); shared != j.end()) {
+    const double e = positive(*shared, "efficiency", origin + ": shared_cores");
+    if (e > 1) throw std::runtime_error(origin + ": shared_cores: \"efficiency\" must be at most 1");
+    p.shared_core_efficiency_ = e;
+  }
   if (const auto memory = j.find("memory"); memory != j.end()) {
     const std::string where = origin + ": memory";
     if (!memory->is_object()) throw std::runtime_error(where + " must be an object");
@@ -80,8 +85,12 @@ Profile Profile::from_json(const nlohmann::json& j, const std::string& origin) {
   }
   for (const auto& e : section(j, "gemm", origin)) {
     const std::string where = origin + ": gemm entry";
+    const double forward = positive(e, "flops_per_second", where);
+    // Profiles from published figures state one rate: the backward's GEMMs then run at it too.
+    const double backward = e.contains("backward_flops_per_second") ? positive(e, "backward_flops_per_second", where)
+                                                                   : forward;
     p.gemm_.push_back({std::log(positive(e, "m", where)), std::log(positive(e, "n", where)),
-                       std::log(positive(e, "k", where)), positive(e, "flops_per_second", where)});
+                       std::log(positive(e, "k", where)), forward, backward});
   }
   for (const auto& e : section(j, "attention", origin)) {
     const std::string where = origin + ": attention entry";
@@ -94,6 +103,18 @@ Profile Profile::from_json(const nlohmann::json& j, const std::string& origin) {
   for (const auto& e : section(j, "memory_bound", origin)) {
     const std::string where = origin + ": memory_bound entry";
     p.memory_.push_back({e.value("op", ""), positive(e, "bytes", where), positive(e, "bytes_per_second", where)});
+  }
+  const nlohmann::json layers = j.value("layers", nlohmann::json::array());  // optional: published profiles have none
+  if (!layers.is_array()) throw std::runtime_error(origin + ": \"layers\" must be an array");
+  for (const auto& e : layers) {
+    const std::string where = origin + ": layers entry";
+    const std::string module = e.value("module", "");
+    if (module != "llm" && module != "encoder") {
+      throw std::runtime_error(where + ": \"module\" must be \"llm\" or \"encoder\", got \"" + module + "\"");
+    }
+    p.layers_.push_back({module, positive(e, "sequences", where), positive(e, "seq", where), positive(e, "hidden", where),
+                         positive(e, "heads", where), positive(e, "kv_heads", where), positive(e, "mlp", where),
+                         positive(e, "forward_seconds", where), positive(e, "backward_seconds", where)});
   }
   for (const auto& e : section(j, "collectives", origin)) {
     const std::string where = origin + ": collective entry";
@@ -132,19 +153,28 @@ Profile Profile::load(const std::string& path) {
   return from_json(j, path);
 }
 
-double Profile::gemm_seconds(double m, double n, double k) const {
-  if (m <= 0 || n <= 0 || k <= 0) return 0;
+const Profile::Gemm& Profile::nearest_gemm(double m, double n, double k) const {
   const auto key = std::make_tuple(m, n, k);
-  auto it = gemm_rate_.find(key);
-  if (it == gemm_rate_.end()) {
+  auto it = gemm_nearest_.find(key);
+  if (it == gemm_nearest_.end()) {
     const double lm = std::log(m), ln = std::log(n), lk = std::log(k);
     const Gemm& g = nearest(
         gemm_,
         [&](const Gemm& e) { return std::abs(lm - e.log_m) + std::abs(ln - e.log_n) + std::abs(lk - e.log_k); },
         "gemm");
-    it = gemm_rate_.emplace(key, g.flops_per_second).first;
+    it = gemm_nearest_.emplace(key, static_cast<size_t>(&g - gemm_.data())).first;
   }
-  return 2 * m * n * k / it->second;
+  return gemm_[it->second];
+}
+
+double Profile::gemm_seconds(double m, double n, double k) const {
+  if (m <= 0 || n <= 0 || k <= 0) return 0;
+  return 2 * m * n * k / nearest_gemm(m, n, k).flops_per_second;
+}
+
+double Profile::gemm_backward_seconds(double m, double n, double k) const {
+  if (m <= 0 || n <= 0 || k <= 0) return 0;
+  return 4 * m * n * k / nearest_gemm(m, n, k).backward_flops_per_second;
 }
 
 double Profile::attention_seconds(double batch_heads, double seq, double head_dim, bool causal, bool backward,

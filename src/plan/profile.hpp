@@ -21,6 +21,10 @@ class Profile {
 
   // C[m, n] = A[m, k] B[k, n]: 2mnk FLOPs at the rate measured nearest (m, n, k) (log scale).
   double gemm_seconds(double m, double n, double k) const;
+  // Its backward through a linear layer's weight [n, k]: the input gradient
+  // (m x k from m x n by n x k) and the weight's (n x k over the m rows), 4mnk
+  // FLOPs at the backward rate measured nearest (m, n, k).
+  double gemm_backward_seconds(double m, double n, double k) const;
   // Scaled dot-product attention of `batch_heads` (sequence, head) pairs of
   // `seq` tokens each: forward, or backward (its input and weight gradients).
   // From the entry nearest in (seq, head_dim), scaled by batch_heads, seq^2
@@ -41,9 +45,21 @@ class Profile {
   // faster than the same group inside a node would be.
   double collective_seconds(const std::string& op, int group_size, double bytes, int members_per_node = 0) const;
 
+  // Whole layers measured on one rank (TP 1) by a CPU calibration: a
+  // module's ("llm" or "encoder") layer at a shape, forward and backward.
+  struct LayerTiming {
+    std::string module;
+    double sequences, seq, hidden, heads, kv_heads, mlp;
+    double forward_seconds, backward_seconds;
+  };
+  const std::vector<LayerTiming>& layers() const { return layers_; }
+
   const nlohmann::json& measured() const { return measured_; }  // where and when
   // CPU cores the ranks share; 0 on a GPU profile (a device to each rank).
   int cores() const { return cores_; }
+  // With more ranks than cores, the share of a core's time that goes to the
+  // ranks' work rather than to switching between them (1: not measured).
+  double shared_core_efficiency() const { return shared_core_efficiency_; }
   // Bytes of an activation value and of the collectives that move them (4
   // in fp32; a bf16 GPU profile says 2). Gradients are reduced in fp32 always.
   double element_bytes() const { return element_bytes_; }
@@ -60,7 +76,8 @@ class Profile {
   bool attention_keeps_probabilities() const { return attention_keeps_probabilities_; }
 
  private:
-  struct Gemm { double log_m, log_n, log_k, flops_per_second; };
+  struct Gemm { double log_m, log_n, log_k, flops_per_second, backward_flops_per_second; };
+  const Gemm& nearest_gemm(double m, double n, double k) const;
   struct Attention { double batch_heads, seq, head_dim; bool causal, grouped; double forward, backward; };
   struct MemoryBound { std::string op; double bytes, bytes_per_second; };
   // An alpha-beta fit, or where the fit failed (noise swamped the sizes) the measured points.
@@ -74,13 +91,15 @@ class Profile {
   std::vector<Gemm> gemm_;
   std::vector<Attention> attention_;
   std::vector<MemoryBound> memory_;
+  std::vector<LayerTiming> layers_;
   std::vector<Collective> collectives_;
   nlohmann::json measured_;
   // Lookups already made: a planner asks for the same shapes over and over.
-  mutable std::map<std::tuple<double, double, double>, double> gemm_rate_;
+  mutable std::map<std::tuple<double, double, double>, size_t> gemm_nearest_;  // index into gemm_
   mutable std::map<std::tuple<double, double, double, bool, bool, bool>, double> attention_seconds_;
   mutable std::map<std::tuple<std::string, int, double, int>, double> collective_seconds_;
   int cores_ = 1;
+  double shared_core_efficiency_ = 1;
   double element_bytes_ = 4, peak_flops_ = 0;
   int gpus_per_node_ = 0;
   double memory_bytes_ = 0, reserved_bytes_ = 0;
