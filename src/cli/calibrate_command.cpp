@@ -84,13 +84,29 @@ std::string summary_text(const nlohmann::json& p) {
     text += fmt::format("{:<10} {:>8} elements: {:6.2f} GB/s\n", m["op"].get<std::string>(),
                         m["elements"].get<int64_t>(), m["bytes_per_second"].get<double>() / 1e9);
   }
+  for (const auto& l : p.value("layers", nlohmann::json::array())) {
+    text += fmt::format("{:<7} layer hidden {:>4}, {:>4} tokens: forward {:7.2f} ms, backward {:7.2f} ms\n",
+                        l["module"].get<std::string>(), l["hidden"].get<int64_t>(),
+                        l["sequences"].get<int64_t>() * l["seq"].get<int64_t>(), l["forward_seconds"].get<double>() * 1e3,
+                        l["backward_seconds"].get<double>() * 1e3);
+  }
   for (const auto& c : p["collectives"]) {
+    if (c.contains("in_context_bytes_per_second")) {
+      text += fmt::format("{:<14} over {} ranks in context: latency {:7.1f} us, {:6.2f} GB/s\n",
+                          c["op"].get<std::string>(), c["group_size"].get<int>(),
+                          c["in_context_latency_seconds"].get<double>() * 1e6,
+                          c["in_context_bytes_per_second"].get<double>() / 1e9);
+    }
     text += c.contains("bytes_per_second")
                 ? fmt::format("{:<14} over {} ranks: latency {:7.1f} us, {:6.2f} GB/s\n", c["op"].get<std::string>(),
                               c["group_size"].get<int>(), c["latency_seconds"].get<double>() * 1e6,
                               c["bytes_per_second"].get<double>() / 1e9)
                 : fmt::format("{:<14} over {} ranks: no fit ({})\n", c["op"].get<std::string>(),
                               c["group_size"].get<int>(), c["fit_error"].get<std::string>());
+  }
+  if (const auto shared = p.find("shared_cores"); shared != p.end()) {
+    text += fmt::format("shared cores: {} ranks on {} cores get {:.0f} % of the ideal\n", (*shared)["ranks"].get<int>(),
+                        (*shared)["cores"].get<int>(), 100 * (*shared)["efficiency"].get<double>());
   }
   return text;
 }
