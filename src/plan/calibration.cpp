@@ -7,7 +7,6 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
-#include <limits>
 
 #include "model/llama.hpp"
 #include "model/rope.hpp"
@@ -26,18 +25,26 @@ void sync(const c10::Device& device) {
   if (device.is_cuda()) c10::cuda::device_synchronize();
 }
 
-// Seconds per call of FN: one warm-up call, then `trials` trials of calls for
-// `seconds` each (at least three calls), each trial's mean. A primitive takes
-// the fastest trial, since a shared machine only ever adds time; a whole
-// layer the median of five longer trials, as a step's median would see it.
+// How repeated timings of one thing become its figure: a primitive takes
+// the fastest of three, since a shared machine only ever adds time; what a
+// step's median sees (a whole layer, a collective amid compute) the median
+// of five.
 enum class Trials { kFastest, kTypical };
+int trial_count(Trials kind) { return kind == Trials::kFastest ? 3 : 5; }
+double pick(std::vector<double> seconds, Trials kind) {
+  std::sort(seconds.begin(), seconds.end());
+  return kind == Trials::kFastest ? seconds.front() : seconds[seconds.size() / 2];
+}
+
+// Seconds per call of FN: one warm-up call, then trials of calls for
+// `seconds_per_point` each (four times that when typical; at least three
+// calls), each trial's mean, picked as `kind` says.
 double seconds_per_call(const std::function<void()>& fn, const CalibrationOptions& o,
                         Trials kind = Trials::kFastest) {
   fn();
-  const int trials = kind == Trials::kFastest ? 3 : 5;
   const double seconds = kind == Trials::kFastest ? o.seconds_per_point : 4 * o.seconds_per_point;
   std::vector<double> means;
-  for (int trial = 0; trial < trials; ++trial) {
+  for (int trial = 0; trial < trial_count(kind); ++trial) {
     int calls = 0;
     sync(o.device);
     const auto start = Clock::now();
@@ -49,8 +56,7 @@ double seconds_per_call(const std::function<void()>& fn, const CalibrationOption
     sync(o.device);
     means.push_back(since(start) / calls);
   }
-  std::sort(means.begin(), means.end());
-  return kind == Trials::kFastest ? means.front() : means[means.size() / 2];
+  return pick(std::move(means), kind);
 }
 
 at::TensorOptions on(const CalibrationOptions& o) { return at::TensorOptions(o.dtype()).device(o.device); }
@@ -222,16 +228,16 @@ nlohmann::json measure_shared_cores(Runtime& runtime, int cores) {
   const int ranks = runtime.world_size();
   const at::Tensor a = at::randn({256, 256}), b = at::randn({256, 256});
   const at::Tensor x = at::randn({1 << 20}), y = at::randn({1 << 20});
-  const auto block = [&] {  // about 10 ms: GEMMs and elementwise ops with fresh outputs, as a layer makes them
+  const auto block = [&] {  // about 6 ms here: GEMMs and elementwise ops with fresh outputs, as a layer makes them
     for (int i = 0; i < 16; ++i) {
       const at::Tensor c = at::mm(a, b);
       if (i % 4 == 0) at::add(x, y).mul_(0.5);
     }
   };
-  // The typical (median) of five rounds, each from a common barrier to the last rank done.
+  // The typical round, each from a common barrier to the last rank done.
   const auto rounds = [&](bool everyone) {
     std::vector<double> seconds;
-    for (int round = 0; round < 5; ++round) {
+    for (int round = 0; round < trial_count(Trials::kTypical); ++round) {
       runtime.world().barrier();
       const auto start = Clock::now();
       if (everyone || runtime.rank() == 0) {
@@ -241,8 +247,7 @@ nlohmann::json measure_shared_cores(Runtime& runtime, int cores) {
       runtime.world().all_reduce(slowest, ReduceOp::kMax);
       seconds.push_back(slowest.item<double>());
     }
-    std::sort(seconds.begin(), seconds.end());
-    return seconds[seconds.size() / 2];
+    return pick(std::move(seconds), Trials::kTypical);
   };
   block();  // warm-up
   const double alone = rounds(false);
@@ -275,14 +280,12 @@ nlohmann::json measure_collectives(Runtime& runtime, const CalibrationOptions& o
   nlohmann::json out = nlohmann::json::array();
   // Seconds of one `body` on the group: every rank takes part in the barriers
   // and the max, members run it. A batch takes as long as its slowest member.
-  // Back to back, of three batches the fastest counts (a shared machine only
-  // ever adds time); in context, the median of five, since there the waits
-  // are the point (below).
-  enum class Batches { kFastest, kTypical };
-  const auto time_calls = [&](bool member, Batches kind, const std::function<void()>& body) {
+  // Back to back the fastest batch counts; in context the typical one, since
+  // there the waits are the point (below).
+  const auto time_calls = [&](bool member, Trials kind, const std::function<void()>& body) {
     if (member) body();  // warm-up
     std::vector<double> batches;
-    for (int batch = 0; batch < (kind == Batches::kFastest ? 3 : 5); ++batch) {
+    for (int batch = 0; batch < trial_count(kind); ++batch) {
       sync(o.device);
       runtime.world().barrier();
       double seconds = 0;
@@ -296,8 +299,7 @@ nlohmann::json measure_collectives(Runtime& runtime, const CalibrationOptions& o
       runtime.world().all_reduce(slowest, ReduceOp::kMax);
       batches.push_back(slowest.item<double>());
     }
-    std::sort(batches.begin(), batches.end());
-    return kind == Batches::kFastest ? batches.front() : batches[batches.size() / 2];
+    return pick(std::move(batches), kind);
   };
   // In training a collective sits between compute on every rank: the ranks
   // arrive apart (whatever delayed one rank's compute delays them all) and
@@ -327,7 +329,7 @@ nlohmann::json measure_collectives(Runtime& runtime, const CalibrationOptions& o
     const int g = static_cast<int>(spec.ranks.size());
     const bool member = me < g;
     Group* group = member ? &runtime.group(spec.ranks) : nullptr;
-    const double compute_alone = time_calls(member, Batches::kTypical, compute);
+    const double compute_alone = time_calls(member, Trials::kTypical, compute);
     std::vector<std::string> ops = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all_v"};
     if (g == 2) ops.push_back("send_recv");
     for (const std::string& op : ops) {
@@ -357,8 +359,8 @@ nlohmann::json measure_collectives(Runtime& runtime, const CalibrationOptions& o
           };
         }
         const double message = static_cast<double>(rows * 64 * 4);
-        points.emplace_back(message, time_calls(member, Batches::kFastest, call));
-        const double with_compute = time_calls(member, Batches::kTypical, [&] {
+        points.emplace_back(message, time_calls(member, Trials::kFastest, call));
+        const double with_compute = time_calls(member, Trials::kTypical, [&] {
           compute();
           call();
         });

@@ -39,8 +39,8 @@ nlohmann::json measure_memory_bound(const CalibrationOptions& options);
 // Whole layers as the trainer runs them (model/llama.hpp's block, the
 // vision encoder's), forward and backward on one rank at two shapes per
 // module: what the primitives above leave out of a layer (dispatch, copies,
-// elementwise ops, caches a step keeps cold) is the ratio of a layer's time to
-// its primitives' sum, which the step-time model applies (plan/op_times.cpp).
+// elementwise ops, caches a step keeps cold) the step-time model fits as a
+// fixed part plus a multiple of those primitives (plan/op_times.cpp).
 // Empty on a GPU (not measured there yet).
 nlohmann::json measure_layers(const CalibrationOptions& options);
 
