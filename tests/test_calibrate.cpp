@@ -43,6 +43,7 @@ TEST(Calibrate, QuickProfileHasEverySection) {
   for (const auto& l : p["layers"]) {
     modules.insert(l["module"].get<std::string>());
     EXPECT_TRUE(positive(l["forward_seconds"]) && positive(l["backward_seconds"])) << l;
+    EXPECT_EQ(l["stack_depth"], 2) << l;  // distinct layers in sequence, as a micro-batch runs them
   }
   EXPECT_EQ(modules, (std::set<std::string>{"llm", "encoder"}));
   // 4 ranks on this machine's cores: the same compute alone and on every rank at once.

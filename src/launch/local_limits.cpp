@@ -11,6 +11,7 @@
 #include <string>
 
 #include "metrics/model_flops.hpp"
+#include "plan/memory_model.hpp"
 
 namespace hetpar {
 namespace {
@@ -52,9 +53,6 @@ double cgroup_remaining() {
   }
 }
 
-// Weights + gradients + AdamW moments in fp32; a frozen module keeps weights only.
-double state_bytes(double parameters, bool trainable) { return parameters * (trainable ? 16.0 : 4.0); }
-
 }  // namespace
 
 int usable_cores() {
@@ -84,12 +82,12 @@ RankMemoryEstimate estimate_rank_memory(const RunConfig& c) {
   const double llm_params = static_cast<double>(llm_parameters(c.llm));
   // A frozen encoder's projector still trains; counting it as frozen keeps this a lower bound.
   const double encoder_bytes =
-      state_bytes(encoder_params, !c.encoder.frozen) / static_cast<double>(p.encoder.tp * p.encoder.pp);
+      parameter_state_bytes(encoder_params, !c.encoder.frozen) / static_cast<double>(p.encoder.tp * p.encoder.pp);
   // A micro-batch's logits and their gradient, fp32: this rank's vocab shard of its CP part of each sequence.
   const double logits = 2.0 * 4.0 * static_cast<double>(c.data.micro_batch_size) * static_cast<double>(c.llm.seq_len) *
                         static_cast<double>(c.llm.vocab_size) / static_cast<double>(p.llm.tp * p.llm.cp);
   const double llm_bytes =
-      state_bytes(llm_params, true) / static_cast<double>(p.llm.tp * p.llm.pp) + logits;
+      parameter_state_bytes(llm_params, true) / static_cast<double>(p.llm.tp * p.llm.pp) + logits;
   const bool shared = p.placement != Placement::NonColocated;
   RankMemoryEstimate e;
   e.bytes = shared ? encoder_bytes + llm_bytes : std::max(encoder_bytes, llm_bytes);

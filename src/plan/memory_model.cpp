@@ -11,9 +11,6 @@ namespace {
 
 constexpr double kFp32 = 4;
 
-// Bytes a parameter holds: weight, gradient and two AdamW moments, or the weight alone.
-double state_bytes(double parameters, bool trainable) { return parameters * (trainable ? 16 : 4); }
-
 struct Part {
   std::string what;
   double state = 0, activations = 0, transient = 0;
@@ -53,7 +50,7 @@ Part llm_part(const RunConfig& c, int s, int64_t in_flight, const MemoryAssumpti
   const double tokens = double(c.data.micro_batch_size) * double(l.seq_len) / lay.cp;
   Part p;
   p.what = "llm stage " + std::to_string(s);
-  p.state = state_bytes(params / lay.tp, true);
+  p.state = parameter_state_bytes(params / lay.tp, true);
   p.in_flight = in_flight;
   p.activations = double(in_flight) * tokens * double(layers.count) *
                   llm_values_per_token(l, lay.tp, lay.cp, a.attention_keeps_probabilities) * a.element_bytes;
@@ -74,13 +71,13 @@ Part encoder_part(const RunConfig& c, int s, int64_t in_flight, double images, c
   const bool first = s == 0, last = s == lay.pp - 1;
   Part p;
   p.what = "encoder stage " + std::to_string(s);
-  p.state = state_bytes((blocks * double(layers.count) / double(e.layers) + (first ? embedding : 0)) / lay.tp,
+  p.state = parameter_state_bytes((blocks * double(layers.count) / double(e.layers) + (first ? embedding : 0)) / lay.tp,
                         !e.frozen);
   double values = patches * double(layers.count) * encoder_values_per_patch(e, lay.tp);
   if (first) values += patches * double(e.channels * e.patch_size * e.patch_size);  // the patches themselves
   if (last) {  // the projector, which always trains: its input, hidden and activation
     const double llm_hidden = double(c.llm.hidden);
-    p.state += state_bytes(double(projector_parameters(e, c.llm)) / lay.tp, true);
+    p.state += parameter_state_bytes(double(projector_parameters(e, c.llm)) / lay.tp, true);
     values += double(e.tokens_per_image()) * (h + 2 * llm_hidden / lay.tp);
   }
   // A frozen encoder saves nothing below its projector: no backward runs through it.

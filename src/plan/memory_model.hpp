@@ -29,6 +29,10 @@ struct RankMemory {
   double total() const { return state + activations + transient + reserved; }
 };
 
+// Bytes a parameter holds on every device and precision: fp32 weight,
+// gradient and two AdamW moments, or the weight alone when it is frozen.
+inline double parameter_state_bytes(double parameters, bool trainable) { return parameters * (trainable ? 16 : 4); }
+
 struct MemoryAssumptions {
   double element_bytes = 4;   // an activation value
   double reserved_bytes = 0;  // a rank's runtime
