@@ -48,7 +48,7 @@ build: configure
 hetpar: configure
 	@cmake --build $(BUILD) -j $(JOBS) --target hetpar
 
-# The main job: this machine's primitives (hetpar calibrate, ~30 s), then the
+# The main job: this machine's primitives (hetpar calibrate, ~80 s), then the
 # default sweep, measured anew each time (--fresh), each run's step time
 # predicted from that profile beside it; it prints its report and where its
 # figures and tables are.

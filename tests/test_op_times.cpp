@@ -158,6 +158,40 @@ TEST(OpTimes, CalibratedLayersSetALayersCompute) {
   EXPECT_THROW(Profile::from_json(j, "bad"), std::runtime_error);
 }
 
+TEST(OpTimes, ACollectiveWaitsForTheRanksDriftOverTheComputeBeforeIt) {
+  // Free collectives; the ranks drift 0.2 s per second of compute beyond the
+  // calibration's 1 ms in context.
+  json j = flat_profile(1e9, 2);
+  const Profile aligned = Profile::from_json(j, "no drift");
+  j["collectives"][0]["skew_per_compute_second"] = 0.2;
+  j["collectives"][0]["in_context_compute_seconds"] = 1e-3;
+  const Profile drifting = Profile::from_json(j, "drift");
+  EXPECT_NEAR(drifting.collective_skew_seconds(2, 6e-3), 0.2 * 5e-3, 1e-12);
+  EXPECT_NEAR(drifting.collective_skew_seconds(4, 6e-3), 0.2 * 5e-3, 1e-12);  // the nearest group size measured
+  EXPECT_EQ(drifting.collective_skew_seconds(1, 6e-3), 0);
+  EXPECT_EQ(aligned.collective_skew_seconds(2, 6e-3), 0);
+  // TP2: each layer's two all-reduces follow half its compute each way
+  // (the layer's GEMMs at TP1 take `layer` forward, twice that backward).
+  const RunConfig tp2 = load_run_config(HETPAR_SOURCE_DIR "/workloads/tiny.toml", {"layout.llm.tp=2"});
+  const double layer = 256.0 * 98304 / 1e9;
+  const OpTimes base = op_times(tp2, aligned), drift = op_times(tp2, drifting);
+  EXPECT_NEAR(drift.llm_forward[0] - base.llm_forward[0], 2 * 2 * 0.2 * (layer / 2 / 2 - 1e-3), 1e-9);
+  EXPECT_NEAR(drift.llm_backward[0] - base.llm_backward[0], 2 * 2 * 0.2 * (2 * layer / 2 / 2 - 1e-3), 1e-9);
+  const RunConfig tp1 = load_run_config(HETPAR_SOURCE_DIR "/workloads/tiny.toml", {});
+  EXPECT_EQ(op_times(tp1, drifting).llm_forward, op_times(tp1, aligned).llm_forward);  // no collective in a layer
+  // Colocated without LLM TP: the forward's exchange after the encoder's
+  // share, the backward's after the LLM's micro-batch.
+  const RunConfig colocated = load_run_config(HETPAR_SOURCE_DIR "/workloads/tiny.toml",
+                                              {"layout.placement=colocated", "layout.encoder.dp=2", "layout.llm.dp=2"});
+  const OpTimes apart = op_times(colocated, drifting), together = op_times(colocated, aligned);
+  EXPECT_NEAR(apart.boundary_forward - together.boundary_forward,
+              0.2 * (together.encoder_forward[0] + together.encoder_backward[0] - 1e-3), 1e-9);
+  EXPECT_NEAR(apart.boundary_backward - together.boundary_backward,
+              0.2 * (together.llm_forward[0] + together.llm_backward[0] - 1e-3), 1e-9);
+  j["collectives"][0].erase("in_context_compute_seconds");
+  EXPECT_THROW(Profile::from_json(j, "bad"), std::runtime_error);
+}
+
 TEST(OpTimes, MoreRanksThanCoresTakeTheCoresTimeForEveryonesCompute) {
   // DP4, every rank equally busy: on 4 cores the schedule's time, on 2 twice it.
   const RunConfig dp4 = load_run_config(HETPAR_SOURCE_DIR "/workloads/tiny.toml",
@@ -177,6 +211,15 @@ TEST(OpTimes, MoreRanksThanCoresTakeTheCoresTimeForEveryonesCompute) {
                 four_slowed["shared_cores"] = {{"efficiency", 0.8}};
                 return four_slowed;
               }(), "4 cores")), alone, 1e-9);  // no core shared: no switching
+  // The critical rank's ops too: four pipeline stages, the first with a
+  // large encoder, wait for it rather than for the cores, and take 1/0.8 as
+  // long at 80 %.
+  const RunConfig pp4 = load_run_config(HETPAR_SOURCE_DIR "/workloads/tiny.toml",
+                                        {"layout.llm.pp=4", "llm.layers=4", "encoder.hidden=256", "encoder.layers=8"});
+  const StepPrediction whole = predict_step(pp4, two);
+  ASSERT_EQ(whole.phases.core_wait, 0) << "the pipeline, not the cores, must set this step";
+  EXPECT_NEAR(predict_step_seconds(pp4, Profile::from_json(slowed, "2 cores at 80 %")), whole.seconds / 0.8,
+              1e-9 * whole.seconds);
   slowed["shared_cores"]["efficiency"] = 1.5;
   EXPECT_THROW(Profile::from_json(slowed, "bad"), std::runtime_error);
 }

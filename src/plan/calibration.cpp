@@ -356,6 +356,32 @@ nlohmann::json measure_collectives(Runtime& runtime, const CalibrationOptions& o
       entry[prefix + "fit_error"] = e.what();  // noise swamped the sizes: the points stand alone
     }
   };
+  // The ranks' compute drifts apart in proportion to its length, and the
+  // next collective waits for the last of them: a small all-reduce after 4
+  // times the GEMMs, less the same after the usual ones, over the extra
+  // compute. A 1 MiB TP2 all-reduce here cost 2.2, 2.9 and 5.4 ms after 0,
+  // 5 and 20 ms of compute: about 0.15 ms more per ms.
+  const auto skew_per_compute_second = [&](bool member, Group* group) {
+    const at::Tensor small = at::randn({256, 64}, on(o));  // 64 KiB
+    const auto call = [&] {
+      at::Tensor t = small.clone();
+      group->all_reduce(t);
+    };
+    const auto compute_long = [&] {
+      for (int i = 0; i < 4; ++i) compute();
+    };
+    const double short_alone = time_calls(member, Trials::kTypical, compute);
+    const double long_alone = time_calls(member, Trials::kTypical, compute_long);
+    const double after_short = time_calls(member, Trials::kTypical, [&] {
+      compute();
+      call();
+    }) - short_alone;
+    const double after_long = time_calls(member, Trials::kTypical, [&] {
+      compute_long();
+      call();
+    }) - long_alone;
+    return long_alone > short_alone ? std::max(0.0, (after_long - after_short) / (long_alone - short_alone)) : 0.0;
+  };
   for (const GroupSpec& spec : specs) {
     const int g = static_cast<int>(spec.ranks.size());
     const bool member = me < g;
@@ -400,6 +426,10 @@ nlohmann::json measure_collectives(Runtime& runtime, const CalibrationOptions& o
       nlohmann::json entry = {{"op", op}, {"group_size", g}, {"calls_per_point", calls}};
       fit_into(entry, points, "");
       fit_into(entry, in_context, "in_context_");
+      if (op == "all_reduce") {
+        entry["in_context_compute_seconds"] = compute_alone;
+        entry["skew_per_compute_second"] = skew_per_compute_second(member, group);
+      }
       out.push_back(entry);
     }
   }

@@ -118,7 +118,7 @@ Profile Profile::from_json(const nlohmann::json& j, const std::string& origin) {
   }
   for (const auto& e : section(j, "collectives", origin)) {
     const std::string where = origin + ": collective entry";
-    Collective c{e.value("op", ""), e.value("scope", ""), e.value("group_size", 0), 0, 0, {}};
+    Collective c{e.value("op", ""), e.value("scope", ""), e.value("group_size", 0), 0, 0, {}, 0, 0};
     if (c.scope != "" && c.scope != "intra_node" && c.scope != "inter_node") {
       throw std::runtime_error(where + " (" + c.op + "): \"scope\" must be \"intra_node\" or \"inter_node\", got \"" +
                                c.scope + "\"");
@@ -132,6 +132,10 @@ Profile Profile::from_json(const nlohmann::json& j, const std::string& origin) {
     }
     for (const auto& point : e.value(prefix + "points", nlohmann::json::array())) {
       c.points.emplace_back(positive(point, "bytes", where + " point"), non_negative(point, "seconds", where + " point"));
+    }
+    if (e.contains("skew_per_compute_second")) {
+      c.skew_per_compute_second = non_negative(e, "skew_per_compute_second", where);
+      c.in_context_compute_seconds = non_negative(e, "in_context_compute_seconds", where);
     }
     if (c.bytes_per_second == 0 && c.points.empty()) {
       throw std::runtime_error(where + " (" + c.op + "): neither a fit nor measured points");
@@ -224,6 +228,18 @@ double Profile::collective_seconds(const std::string& op, int group_size, double
   };
   const double inside = seconds_in("intra_node");
   return collective_seconds_[key] = spans ? std::max(inside, seconds_in("inter_node")) : inside;
+}
+
+double Profile::collective_skew_seconds(int group_size, double compute_seconds) const {
+  const Collective* best = nullptr;
+  for (const Collective& c : collectives_) {
+    if (c.op != "all_reduce" || c.skew_per_compute_second <= 0 || group_size <= 1) continue;
+    const double d = log_distance(static_cast<double>(group_size), static_cast<double>(std::max(c.group_size, 1)));
+    if (!best || d < log_distance(static_cast<double>(group_size), static_cast<double>(std::max(best->group_size, 1)))) {
+      best = &c;
+    }
+  }
+  return best ? best->skew_per_compute_second * (compute_seconds - best->in_context_compute_seconds) : 0;
 }
 
 }  // namespace hetpar

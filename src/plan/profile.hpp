@@ -44,6 +44,12 @@ class Profile {
   // (one network link a device) times the members a node has, but never
   // faster than the same group inside a node would be.
   double collective_seconds(const std::string& op, int group_size, double bytes, int members_per_node = 0) const;
+  // What a collective of `group_size` ranks costs beyond collective_seconds
+  // when `compute_seconds` of compute precede it rather than the
+  // calibration's in-context compute: the ranks drift apart in proportion
+  // to their compute and the collective waits for the last (a CPU
+  // calibration's all-reduce measures the rate; 0 without it, or on one rank).
+  double collective_skew_seconds(int group_size, double compute_seconds) const;
 
   // Whole layers measured on one rank (TP 1) by a CPU calibration: a
   // module's ("llm" or "encoder") layer at a shape, forward and backward.
@@ -87,6 +93,7 @@ class Profile {
     int group_size;
     double latency, bytes_per_second;           // bytes_per_second 0: no fit
     std::vector<std::pair<double, double>> points;  // (bytes, seconds)
+    double skew_per_compute_second = 0, in_context_compute_seconds = 0;  // all-reduce, CPU calibration
   };
   std::vector<Gemm> gemm_;
   std::vector<Attention> attention_;
