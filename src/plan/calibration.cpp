@@ -358,10 +358,10 @@ nlohmann::json measure_collectives(Runtime& runtime, const CalibrationOptions& o
   };
   // The ranks' compute drifts apart in proportion to its length, and the
   // next collective waits for the last of them: a small all-reduce after 4
-  // times the GEMMs, less the same after the usual ones, over the extra
-  // compute. A 1 MiB TP2 all-reduce here cost 2.2, 2.9 and 5.4 ms after 0,
-  // 5 and 20 ms of compute: about 0.15 ms more per ms.
-  const auto skew_per_compute_second = [&](bool member, Group* group) {
+  // times the GEMMs (`compute_alone` of them alone), less the same after the
+  // usual ones, over the extra compute. Two calibrations here said 0.011 and
+  // 0.047 s a second of compute over 2 ranks (a difference of noisy figures).
+  const auto skew_per_compute_second = [&](bool member, Group* group, double short_alone) {
     const at::Tensor small = at::randn({256, 64}, on(o));  // 64 KiB
     const auto call = [&] {
       at::Tensor t = small.clone();
@@ -370,7 +370,6 @@ nlohmann::json measure_collectives(Runtime& runtime, const CalibrationOptions& o
     const auto compute_long = [&] {
       for (int i = 0; i < 4; ++i) compute();
     };
-    const double short_alone = time_calls(member, Trials::kTypical, compute);
     const double long_alone = time_calls(member, Trials::kTypical, compute_long);
     const double after_short = time_calls(member, Trials::kTypical, [&] {
       compute();
@@ -428,7 +427,7 @@ nlohmann::json measure_collectives(Runtime& runtime, const CalibrationOptions& o
       fit_into(entry, in_context, "in_context_");
       if (op == "all_reduce") {
         entry["in_context_compute_seconds"] = compute_alone;
-        entry["skew_per_compute_second"] = skew_per_compute_second(member, group);
+        entry["skew_per_compute_second"] = skew_per_compute_second(member, group, compute_alone);
       }
       out.push_back(entry);
     }

@@ -306,16 +306,16 @@ OpTimes op_times(const RunConfig& config, const Profile& profile) { return estim
 
 namespace {
 
-// More ranks than cores: every op runs at the calibrated shared-core
-// efficiency, the critical rank's too. A waiting rank wakes for each message
-// and the scheduler does not keep the busiest rank on a core of its own:
-// the encoder on the first of four pipeline stages over 2 cores ran 16-18 %
-// slower than predicted without this (efficiency 82 %). 1 otherwise.
 // Cores for the ranks' threads (0: a device to each rank).
 double rank_cores(const RunConfig& config, const Profile& profile) {
   return static_cast<double>(profile.cores()) / static_cast<double>(config.runtime.intra_op_threads);
 }
 
+// More ranks than cores: every op runs at the calibrated shared-core
+// efficiency, the critical rank's too. A waiting rank wakes for each message
+// and the scheduler does not keep the busiest rank on a core of its own:
+// the encoder on the first of four pipeline stages over 2 cores ran 16-18 %
+// slower than predicted without this (efficiency 82 %). 1 otherwise.
 double shared_core_slowdown(const RunConfig& config, const Profile& profile) {
   const double cores = rank_cores(config, profile);
   return cores > 0 && config.placement.world_size > cores ? 1.0 / profile.shared_core_efficiency() : 1.0;

@@ -231,15 +231,16 @@ double Profile::collective_seconds(const std::string& op, int group_size, double
 }
 
 double Profile::collective_skew_seconds(int group_size, double compute_seconds) const {
-  const Collective* best = nullptr;
-  for (const Collective& c : collectives_) {
-    if (c.op != "all_reduce" || c.skew_per_compute_second <= 0 || group_size <= 1) continue;
-    const double d = log_distance(static_cast<double>(group_size), static_cast<double>(std::max(c.group_size, 1)));
-    if (!best || d < log_distance(static_cast<double>(group_size), static_cast<double>(std::max(best->group_size, 1)))) {
-      best = &c;
-    }
-  }
-  return best ? best->skew_per_compute_second * (compute_seconds - best->in_context_compute_seconds) : 0;
+  const auto has_rate = [](const Collective& c) { return c.op == "all_reduce" && c.skew_per_compute_second > 0; };
+  if (group_size <= 1 || std::none_of(collectives_.begin(), collectives_.end(), has_rate)) return 0;
+  const Collective& c = nearest(
+      collectives_,
+      [&](const Collective& e) {
+        return has_rate(e) ? log_distance(static_cast<double>(group_size), static_cast<double>(std::max(e.group_size, 1)))
+                           : std::numeric_limits<double>::infinity();
+      },
+      "all_reduce drift");
+  return c.skew_per_compute_second * (compute_seconds - c.in_context_compute_seconds);
 }
 
 }  // namespace hetpar
