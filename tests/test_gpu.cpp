@@ -17,6 +17,7 @@
 #include "dist/device.hpp"
 #include "dist/group.hpp"
 #include "metrics/phase_timer.hpp"
+#include "train/sequence_part.hpp"
 
 namespace hetpar {
 namespace {
@@ -167,6 +168,25 @@ TEST_F(Gpu, HostSyncCheckCatchesAReadOfAValue) {
   }
   EXPECT_EQ(x.sum().item<float>(), 4.0f);  // allowed again after the scope
   unsetenv("HETPAR_CHECK_HOST_SYNCS");
+}
+
+// Context parallelism's share of a micro-batch's image rows is picked by
+// host-side indices: no read of the device's mask inside a step.
+TEST_F(Gpu, ContextParallelImageRowsNeedNoHostSync) {
+  setenv("HETPAR_CHECK_HOST_SYNCS", "1", 1);
+  at::Tensor mask = at::zeros({2, 16}, at::kBool);
+  mask[0].narrow(0, 2, 5).fill_(true);
+  mask[1].narrow(0, 9, 6).fill_(true);
+  const int64_t count = mask.sum().item<int64_t>();
+  const at::Tensor rows = at::arange(count, at::TensorOptions(at::kFloat).device(device_)).unsqueeze(1);
+  at::Tensor mine;
+  {
+    HostSyncCheck check(device_);
+    mine = image_rows_of_part(rows, mask, /*cp_rank=*/1, /*cp_size=*/2);
+  }
+  unsetenv("HETPAR_CHECK_HOST_SYNCS");
+  // Rank 1 of 2 holds chunks 1 and 2 of 4 (positions 4-11): rows 2-4 of sample 0, rows 5-7 of sample 1.
+  EXPECT_TRUE(at::equal(mine.squeeze(1).cpu(), at::tensor({2.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f})));
 }
 
 }  // namespace

@@ -86,9 +86,11 @@ MicroBatch SyntheticData::micro_batch(int64_t step, int64_t first, int64_t count
     }
   }
   MicroBatch b;
-  b.ids = on_device(at::tensor(ids, at::kLong).view({count, llm_.seq_len}));
+  const at::Tensor host_ids = at::tensor(ids, at::kLong).view({count, llm_.seq_len});
+  b.ids = on_device(host_ids);
   b.targets = on_device(at::tensor(targets, at::kLong).view({count, llm_.seq_len}));
   b.image_mask = b.ids == llm_.image_token_id;
+  b.image_mask_host = host_ids == llm_.image_token_id;
   b.images = image_count;
   b.pixels = on_device(images.empty()
                            ? at::zeros({0, encoder_.channels, encoder_.image_size, encoder_.image_size}, at::kFloat)

@@ -34,6 +34,7 @@ struct MicroBatch {
   at::Tensor ids;         // [B, S] int64
   at::Tensor targets;     // [B, S] int64, -100 = ignored
   at::Tensor image_mask;  // [B, S] bool: placeholder positions
+  at::Tensor image_mask_host;  // the same on the host: index lists from it need no device read
   at::Tensor pixels;      // [K, C, H, W] fp32: the batch's images, sample by sample
   int64_t images = 0;
 };

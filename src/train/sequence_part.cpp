@@ -2,32 +2,41 @@
 
 #include <ATen/ATen.h>
 
+#include <stdexcept>
+
 #include "model/context_attention.hpp"
 #include "util/host_to_device.hpp"
 
 namespace hetpar {
-namespace {
-
-at::Tensor positions_of(const at::Tensor& per_position, const Group& cp) {
-  return host_to_device(cp_positions(per_position.size(1), cp.rank(), cp.size()), per_position.device());
-}
-
-}  // namespace
 
 MicroBatch sequence_part(const MicroBatch& batch, const Group& cp) {
-  const at::Tensor positions = positions_of(batch.ids, cp);
+  const at::Tensor host_positions = cp_positions(batch.ids.size(1), cp.rank(), cp.size());
+  const at::Tensor positions = host_to_device(host_positions, batch.ids.device());
   MicroBatch part = batch;
   part.ids = batch.ids.index_select(1, positions);
   part.targets = batch.targets.index_select(1, positions);
   part.image_mask = batch.image_mask.index_select(1, positions);
+  if (batch.image_mask_host.defined()) part.image_mask_host = batch.image_mask_host.index_select(1, host_positions);
   return part;
 }
 
-at::Tensor image_rows_of_part(const at::Tensor& rows, const at::Tensor& image_mask, const Group& cp) {
-  const at::Tensor positions = positions_of(image_mask, cp);
-  const at::Tensor row_of_position = image_mask.flatten().to(at::kLong).cumsum(0).sub_(1).view(image_mask.sizes());
-  const at::Tensor mine = row_of_position.index_select(1, positions).masked_select(image_mask.index_select(1, positions));
-  return rows.index_select(0, mine);
+at::Tensor image_rows_of_part(const at::Tensor& rows, const at::Tensor& image_mask_host, int cp_rank, int cp_size) {
+  if (!image_mask_host.defined() || !image_mask_host.is_cpu()) {
+    throw std::logic_error("image_rows_of_part: the image mask must be the batch's host copy");
+  }
+  // Which rows fall in this rank's chunks is counted on the host, from the
+  // batch's own copy of the mask: a masked_select on the device would wait
+  // for the device to count them.
+  const at::Tensor positions = cp_positions(image_mask_host.size(1), cp_rank, cp_size);
+  const at::Tensor row_of_position =
+      image_mask_host.flatten().to(at::kLong).cumsum(0).sub_(1).view(image_mask_host.sizes());
+  const at::Tensor mine =
+      row_of_position.index_select(1, positions).masked_select(image_mask_host.index_select(1, positions));
+  return rows.index_select(0, host_to_device(mine, rows.device()));
+}
+
+at::Tensor image_rows_of_part(const at::Tensor& rows, const at::Tensor& image_mask_host, const Group& cp) {
+  return image_rows_of_part(rows, image_mask_host, cp.rank(), cp.size());
 }
 
 }  // namespace hetpar

@@ -15,9 +15,11 @@ namespace hetpar {
 // the CP ranks' parts is the loss over the whole.
 MicroBatch sequence_part(const MicroBatch& batch, const Group& cp);
 
-// Of `rows`, one per placeholder of the whole `image_mask` [B, S] in
-// row-major order, those at this rank's positions, in the same order
-// (differentiable: their gradients flow back into `rows`).
-at::Tensor image_rows_of_part(const at::Tensor& rows, const at::Tensor& image_mask, const Group& cp);
+// Of `rows`, one per placeholder of the whole `image_mask_host` [B, S] (the
+// batch's host copy) in row-major order, those at this rank's positions, in
+// the same order (differentiable: their gradients flow back into `rows`).
+// Reads nothing back from the device.
+at::Tensor image_rows_of_part(const at::Tensor& rows, const at::Tensor& image_mask_host, const Group& cp);
+at::Tensor image_rows_of_part(const at::Tensor& rows, const at::Tensor& image_mask_host, int cp_rank, int cp_size);
 
 }  // namespace hetpar

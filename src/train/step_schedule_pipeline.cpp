@@ -35,7 +35,7 @@ class EncoderRows : public ImageRows {
       f.rows = ctx_.model.encode(whole.pixels);
     }
     f.input = f.rows.detach().requires_grad_(true);
-    return cp_.size() > 1 ? image_rows_of_part(f.input, whole.image_mask, cp_) : f.input;
+    return cp_.size() > 1 ? image_rows_of_part(f.input, whole.image_mask_host, cp_) : f.input;
   }
   void backward(int64_t micro) override {
     InFlight& f = in_flight_.at(micro);
