@@ -113,7 +113,10 @@ TEST(OpTimes, TheLlmElementwiseWorkIsTheLayerCodesOps) {
   const Profile p = Profile::from_json(j, "adds only");
   const double tokens = 256, bytes = 4;
   const double layer_forward = 2 * 3 * 64 + 2 * 64 + 3 * 192 + 5 * 96, rope = 5 * 96;
-  const double loss_forward = 9.5 * bytes * tokens * 512, loss_backward = 5.5 * bytes * tokens * 512;
+  // The loss's passes over the logits at fp32 width: on one rank the
+  // library's log-softmax (4 forward, 5 backward), over TP the vocab-parallel
+  // function (8 forward, 4 backward).
+  const double logits = 4 * tokens * 512, loss_forward = 4 * logits, loss_backward = 5 * logits;
   const double table = 512 * 64;  // the head's weights, and the embedding's
   const OpTimes t = op_times(load_run_config(HETPAR_SOURCE_DIR "/workloads/tiny.toml", {}), p);
   EXPECT_NEAR(t.llm_forward[0], (2 * (tokens * bytes * layer_forward + 8 * 32768) + loss_forward) / 1e9, 1e-10);
@@ -122,7 +125,23 @@ TEST(OpTimes, TheLlmElementwiseWorkIsTheLayerCodesOps) {
               1e-10);
   const OpTimes tp2 = op_times(load_run_config(HETPAR_SOURCE_DIR "/workloads/tiny.toml", {"layout.llm.tp=2"}), p);
   const double shard_forward = 2 * 3 * 64 + (2 * 64 + 3 * 192 + 5 * 96) / 2.0 + 2 * 2 * 64;
-  EXPECT_NEAR(tp2.llm_forward[0], (2 * (tokens * bytes * shard_forward + 8 * 16384) + loss_forward / 2) / 1e9, 1e-10);
+  EXPECT_NEAR(tp2.llm_forward[0], (2 * (tokens * bytes * shard_forward + 8 * 16384) + 8 * logits / 2) / 1e9, 1e-10);
+
+  // bf16: values of 2 bytes; the fused weights concatenated as bf16 copies;
+  // every weight cast to bf16 once a step (6 bytes, a quarter of it on each
+  // of the 4 micro-batches); every micro-batch's bf16 weight gradients added
+  // into the fp32 .grad (10 bytes); the embedding's fp32 gradient added as in
+  // fp32 (12); the loss's logits cast in and back (1.5 passes each).
+  j["element_bytes"] = 2;
+  const RunConfig c = load_run_config(HETPAR_SOURCE_DIR "/workloads/tiny.toml", {});
+  ASSERT_EQ(micro_batches_per_step(c), 4);
+  const OpTimes bf16 = op_times(c, Profile::from_json(j, "bf16 adds only"));
+  EXPECT_NEAR(bf16.llm_forward[0],
+              (2 * (tokens * 2 * layer_forward + 4 * 32768 + 6 * 49152 / 4.0) + 5.5 * logits + 6 * table / 4.0) / 1e9,
+              1e-10);
+  EXPECT_NEAR(bf16.llm_backward[0],
+              (2 * (tokens * 2 * (2 * layer_forward - rope) + 10 * 49152) + 6.5 * logits + 10 * table + 12 * table) / 1e9,
+              1e-10);
 }
 
 // Calibrated whole layers set the layer's compute: with GEMMs at 1 GFLOP/s

@@ -14,6 +14,7 @@
 #include "tests/dist_harness.hpp"
 #include "tp/parallel_linear.hpp"
 #include "tp/vocab_parallel.hpp"
+#include "tp/weight_cast.hpp"
 #include "train/autocast_scope.hpp"
 
 namespace hetpar::test {
@@ -130,6 +131,36 @@ HETPAR_WORKER(vocab_parallel_cross_entropy) {
   (loss_ref * weights).sum().backward();
   expect_close(loss, loss_ref.detach(), "per-token loss");
   expect_close(local.grad(), shard(full.grad(), 1, tp.rank(), tp.size()), "logit grad");
+}
+
+// The summed loss the model uses: vocab-parallel over TP, the library's
+// log-softmax on one rank. Against the dense loss in fp32, every negative
+// target ignored; bf16 logits are summed in fp32 exactly as their fp32 values
+// would be (fp32 tolerance), and their gradient comes back in bf16.
+HETPAR_WORKER(cross_entropy_sum) {
+  Group& tp = rt.world();
+  const int64_t n = 9, vocab = 24;
+  const at::Tensor logits0 = data("logits", {n, vocab}) * 3;
+  const at::Tensor targets = at::tensor({0, 23, 5, -100, 12, -1, 6, -100, 17}, at::kLong);
+  const at::Tensor dense_targets = targets.masked_fill(targets < 0, -100);
+  for (const at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    const at::Tensor values = logits0.to(dtype);
+    at::Tensor local = leaf(shard(values, 1, tp.rank(), tp.size())), full = leaf(values.to(at::kFloat));
+    const at::Tensor loss = cross_entropy_sum(local, targets, tp);
+    require(loss.dim() == 0 && loss.scalar_type() == at::kFloat, "the loss is not an fp32 scalar");
+    (loss * 0.37).backward();
+    const at::Tensor loss_ref = at::cross_entropy_loss(full, dense_targets, {}, at::Reduction::Sum, -100);
+    (loss_ref * 0.37).backward();
+    const std::string what = c10::toString(dtype);
+    expect_close(loss, loss_ref.detach(), what + " summed loss");
+    require(local.grad().scalar_type() == dtype, "{} logits got a {} gradient", what, c10::toString(local.grad().scalar_type()));
+    const at::Tensor want = shard(full.grad(), 1, tp.rank(), tp.size());
+    if (dtype == at::kFloat) {
+      expect_close(local.grad(), want, what + " logit grad");
+    } else {  // the fp32 gradient rounded once to bf16
+      expect_close(local.grad().to(at::kFloat), want, what + " logit grad", 1e-2, 1e-6);
+    }
+  }
 }
 
 // Attention written out by hand: per-head kv mapping h -> h / (H / KV), the
@@ -342,9 +373,63 @@ TP_LAYER_TEST(row_parallel)
 TP_LAYER_TEST(column_row_mlp)
 TP_LAYER_TEST(vocab_parallel_embedding)
 TP_LAYER_TEST(vocab_parallel_cross_entropy)
+TP_LAYER_TEST(cross_entropy_sum)
 TP_LAYER_TEST(attention)
 TP_LAYER_TEST(swiglu_mlp)
 TP_LAYER_TEST(bf16_blocks)
+
+// A step's bf16 weight copies outlive each forward's autocast scope (one cast
+// a step, not one a micro-batch) and go with the step, so an optimizer's
+// in-place update is seen by the next step's cast.
+TEST(StepCastCache, KeepsOneBf16CopyOfAWeightForTheStep) {
+  const at::Tensor w = at::ones({4, 4}).set_requires_grad(true), x = at::ones({2, 4});
+  auto cast = [&] {
+    const AutocastScope autocast(true);
+    return compute_weight(w, x);
+  };
+  {
+    const StepCastCache step(true);
+    const at::Tensor first = cast(), second = cast();
+    EXPECT_EQ(first.scalar_type(), at::kBFloat16);
+    EXPECT_TRUE(first.is_same(second)) << "the second micro-batch cast the weight again";
+  }
+  {
+    at::NoGradGuard no_grad;
+    w.mul_(2);  // the optimizer's step
+  }
+  EXPECT_EQ(cast().max().item<float>(), 2.0f) << "a stale copy survived the step";
+  EXPECT_FALSE(cast().is_same(cast())) << "without a step cache each forward casts anew";
+  EXPECT_TRUE(compute_weight(w, x).is_same(w)) << "outside autocast the weight itself";
+}
+
+// The gradients through compute_weight's copies are autocast's own to the bit:
+// three micro-batches of a bf16 linear, their weight and bias gradients added
+// into the fp32 .grad, with a step cache and without one.
+TEST(StepCastCache, GradientsGoStraightIntoTheFp32GradAsAutocastWouldAddThem) {
+  const at::Tensor w0 = data("w", {6, 5}), b0 = data("b", {6});
+  auto run = [&](bool through_compute_weight, bool step_cache) {
+    at::Tensor w = leaf(w0), b = leaf(b0);
+    const StepCastCache step(step_cache);
+    for (int m = 0; m < 3; ++m) {
+      const at::Tensor x = data("x" + std::to_string(m), {4, 5}), r = data("r" + std::to_string(m), {4, 6});
+      at::Tensor y;
+      {
+        const AutocastScope autocast(true);
+        y = through_compute_weight ? at::linear(x, compute_weight(w, x), compute_weight(b, x)) : at::linear(x, w, b);
+      }
+      (y.to(at::kFloat) * r).sum().backward();
+    }
+    return std::make_pair(w.grad(), b.grad());
+  };
+  const auto [w_ref, b_ref] = run(false, false);
+  ASSERT_EQ(w_ref.scalar_type(), at::kFloat);
+  for (const bool step_cache : {false, true}) {
+    const auto [w_grad, b_grad] = run(true, step_cache);
+    EXPECT_EQ(w_grad.scalar_type(), at::kFloat);
+    EXPECT_TRUE(at::equal(w_grad, w_ref)) << "weight gradient, step cache " << step_cache;
+    EXPECT_TRUE(at::equal(b_grad, b_ref)) << "bias gradient, step cache " << step_cache;
+  }
+}
 
 TEST(Rope, OneFunctionMatchesTheRotateHalfFormula) { EXPECT_TRUE(all_ranks_succeeded(run_workers("rope", 1))); }
 

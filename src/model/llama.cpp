@@ -86,9 +86,7 @@ at::Tensor LlamaModel::blocks(const at::Tensor& input) {
 at::Tensor LlamaModel::head(const at::Tensor& x) { return lm_head_->forward(norm_->forward(x)); }
 
 at::Tensor LlamaModel::loss_sum(const at::Tensor& logits, const at::Tensor& targets) {
-  // In fp32 whatever the logits' precision: the softmax's sums are where bf16 loses most.
-  return vocab_parallel_cross_entropy(logits.reshape({-1, logits.size(-1)}).to(at::kFloat), targets.reshape({-1}), tp_)
-      .sum();
+  return cross_entropy_sum(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}), tp_);
 }
 
 }  // namespace hetpar

@@ -4,6 +4,7 @@
 
 #include "model/param_init.hpp"
 #include "parallel/pipeline_schedule.hpp"
+#include "tp/weight_cast.hpp"
 
 namespace hetpar {
 
@@ -55,7 +56,8 @@ VisionEncoder::VisionEncoder(const EncoderConfig& c, uint64_t seed, Group& tp, i
 at::Tensor VisionEncoder::forward(const at::Tensor& pixels) { return features(blocks(embed(pixels))); }
 
 at::Tensor VisionEncoder::embed(const at::Tensor& pixels) {
-  return at::linear(patchify(pixels, config_.patch_size), patch_weight, patch_bias) + position_embedding;
+  const at::Tensor patches = patchify(pixels, config_.patch_size);
+  return at::linear(patches, compute_weight(patch_weight, patches), compute_weight(patch_bias, patches)) + position_embedding;
 }
 
 at::Tensor VisionEncoder::blocks(const at::Tensor& input) {

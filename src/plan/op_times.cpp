@@ -52,12 +52,17 @@ int members_per_node(const Profile& p, int first, int stride, int size) {
 }
 
 // Bytes a micro-batch moves over the weights, at the add bandwidth: `fused`
-// of `weights` fp32 values concatenated forward (read and written), every
-// gradient accumulated backward (two fp32 values read, one written); with a
-// bf16 profile each weight cast to bf16 forward and its gradient back to fp32.
-Cost weight_traffic(const Profile& p, double fused, double weights) {
-  const double cast = p.element_bytes() < kFp32 ? (kFp32 + p.element_bytes()) * weights : 0;
-  return {p.memory_seconds("add", 2 * kFp32 * fused + cast), p.memory_seconds("add", 3 * kFp32 * weights + cast)};
+// of `weights` values concatenated forward (read and written, in the
+// precision the matmuls use), and every gradient added into the fp32 .grad
+// backward. In fp32 that add reads two values and writes one; with a bf16
+// profile (tp/weight_cast.hpp) each weight is cast to bf16 once a step
+// (`cast_share` of it falls on a micro-batch) and its bf16 gradient is added
+// straight into the fp32 .grad (a bf16 and an fp32 value read, one written).
+Cost weight_traffic(const Profile& p, double fused, double weights, double cast_share) {
+  const double e = p.element_bytes();
+  if (e >= kFp32) return {p.memory_seconds("add", 2 * kFp32 * fused), p.memory_seconds("add", 3 * kFp32 * weights)};
+  return {p.memory_seconds("add", 2 * e * fused + cast_share * (kFp32 + e) * weights),
+          p.memory_seconds("add", (2 * kFp32 + e) * weights)};
 }
 
 struct LayerShape {
@@ -69,6 +74,7 @@ struct LayerShape {
   double sequences, seq;  // attention: sequences of seq keys (queries split over cp)
   const char* norm;
   const char* activation;
+  double cast_share = 1;  // of the weights' bf16 casts, what one micro-batch pays (see weight_traffic)
 };
 
 RankCost layer_cost(const Profile& p, const LayerShape& l) {
@@ -98,13 +104,12 @@ RankCost layer_cost(const Profile& p, const LayerShape& l) {
     const double copy = memory(p, "add", l.tokens * l.hidden, 2).forward;
     c.compute += Cost{2 * copy, 2 * copy};
   }
-  // The weights, every micro-batch: the fused projections' fp32 weights
-  // concatenated (q, k and v; gate and up), and each gradient added into the
-  // fp32 .grad. Under bf16 autocast every weight is also cast forward and its
-  // gradient cast back to fp32.
+  // The weights, every micro-batch: the fused projections' weights
+  // concatenated (q, k and v; gate and up), each gradient added into the fp32
+  // .grad; in bf16 the casts (see weight_traffic).
   const double fused = l.hidden * (q + 2 * kv) + (l.gated ? 2 * l.hidden * l.mlp / l.tp : 0);
   const double weights = l.hidden * (2 * q + 2 * kv) + l.hidden * l.mlp / l.tp * (l.gated ? 3 : 2);
-  c.compute += weight_traffic(p, fused, weights);
+  c.compute += weight_traffic(p, fused, weights, l.cast_share);
   // TP: the attention and MLP outputs all-reduced forward, their input gradients backward.
   const double e = p.element_bytes();
   const double tp = 2 * p.collective_seconds("all_reduce", l.tp, e * l.tokens * l.hidden, l.tp_spans);
@@ -133,6 +138,7 @@ LayerFit fit_layer(const Profile& p, const LayerShape& l, const std::string& mod
     at.tokens = m.sequences * m.seq, at.sequences = m.sequences, at.seq = m.seq;
     at.hidden = m.hidden, at.heads = m.heads, at.kv_heads = m.kv_heads, at.head_dim = m.hidden / m.heads;
     at.mlp = m.mlp, at.tp = 1, at.cp = 1, at.tp_spans = 0, at.cp_spans = 0;
+    at.cast_share = 1;  // a calibrated call casts its weights every time
     const Cost primitives = layer_cost(p, at).compute;
     forward.emplace_back(primitives.forward, m.forward_seconds);
     backward.emplace_back(primitives.backward, m.backward_seconds);
@@ -195,12 +201,13 @@ OpEstimate estimate_ops(const RunConfig& c, const Profile& p) {
   // The LLM, stage by stage.
   const LlmConfig& llm = c.llm;
   const double tokens = static_cast<double>(c.data.micro_batch_size * llm.seq_len) / pl.llm.cp;
-  const LayerShape llm_layer{tokens, double(llm.hidden), double(llm.heads), double(llm.kv_heads),
+  LayerShape llm_layer{tokens, double(llm.hidden), double(llm.heads), double(llm.kv_heads),
                              double(llm.hidden / llm.heads), double(llm.ffn_hidden), pl.llm.tp, pl.llm.cp,
                              members_per_node(p, llm_first, 1, pl.llm.tp),
                              members_per_node(p, llm_first, pl.llm.tp, pl.llm.cp),
                              /*gated=*/true, /*causal=*/true, /*rope=*/true,
                              double(c.data.micro_batch_size), double(llm.seq_len), "rms_norm", "gelu"};
+  llm_layer.cast_share = 1 / micro_batches;  // trainable weights: cast once a step
   const RankCost layer = calibrated_layer_cost(p, llm_layer, "llm");
   for (int s = 0; s < pl.llm.pp; ++s) {
     RankCost stage = stack(layer, stage_layers(llm.layers, pl.llm.pp, s).count);
@@ -209,12 +216,20 @@ OpEstimate estimate_ops(const RunConfig& c, const Profile& p) {
     }
     if (s == pl.llm.pp - 1) {  // the head, its loss, and the vocab-parallel loss's small all-reduces
       stage.compute += matmul(p, tokens, double(llm.vocab_size) / pl.llm.tp, double(llm.hidden));
-      // The loss in fp32 over this rank's logits (tp/vocab_parallel.cpp): cast
-      // in, max, shift, exp, sum and softmax forward (9.5 fp32 passes); the
-      // gradient's copy, scale and cast back (5.5).
+      // The loss in fp32 over this rank's logits (tp/vocab_parallel.cpp), in
+      // passes over them at fp32 width. Over TP the vocab-parallel function:
+      // max, shift, exp, sum and softmax forward (8), the gradient's copy and
+      // scale backward (4). On one rank the library's log-softmax (4) and its
+      // NLL's gradient: filled, then the log-softmax backward (5). bf16 logits
+      // add a cast in and a cast back (1.5 each); bench/bench_step_ops.cpp
+      // measures the two paths on the CPU at 0.71 (fp32) and 0.80 (bf16) of
+      // each other, where these counts give 0.75 and 0.80.
       const double logits = tokens * double(llm.vocab_size) / pl.llm.tp;
-      stage.compute += Cost{p.memory_seconds("add", 9.5 * kFp32 * logits), p.memory_seconds("add", 5.5 * kFp32 * logits)};
-      stage.compute += weight_traffic(p, 0, double(llm.vocab_size) / pl.llm.tp * double(llm.hidden));
+      const double cast = e < kFp32 ? (kFp32 + e) / kFp32 : 0;
+      const double loss_forward = (pl.llm.tp > 1 ? 8 : 4) + cast, loss_backward = (pl.llm.tp > 1 ? 4 : 5) + cast;
+      stage.compute += Cost{p.memory_seconds("add", loss_forward * kFp32 * logits),
+                            p.memory_seconds("add", loss_backward * kFp32 * logits)};
+      stage.compute += weight_traffic(p, 0, double(llm.vocab_size) / pl.llm.tp * double(llm.hidden), 1 / micro_batches);
       stage.comm += Cost{3 * p.collective_seconds("all_reduce", pl.llm.tp, kFp32 * tokens, llm_layer.tp_spans), 0};
     }
     t.llm_forward.push_back(stage.forward());
@@ -227,11 +242,14 @@ OpEstimate estimate_ops(const RunConfig& c, const Profile& p) {
   const EncoderConfig& enc = c.encoder;
   const double images = images_per_encoder_rank(c);
   const double patches = static_cast<double>(enc.patches_per_image());
-  const LayerShape enc_layer{images * patches, double(enc.hidden), double(enc.heads), double(enc.heads),
+  LayerShape enc_layer{images * patches, double(enc.hidden), double(enc.heads), double(enc.heads),
                              double(enc.hidden / enc.heads), double(enc.mlp_hidden), pl.encoder.tp, 1,
                              members_per_node(p, enc_first, 1, pl.encoder.tp), false, /*gated=*/false,
                              /*causal=*/false, /*rope=*/false,
                              images, patches, "layer_norm", "gelu"};
+  // A frozen encoder's weights need no gradient: autocast casts them again in
+  // each micro-batch.
+  enc_layer.cast_share = enc.frozen ? 1 : 1 / micro_batches;
   const RankCost vit = calibrated_layer_cost(p, enc_layer, "encoder");
   for (int s = 0; s < pl.encoder.pp; ++s) {
     RankCost stage = stack(vit, stage_layers(enc.layers, pl.encoder.pp, s).count);

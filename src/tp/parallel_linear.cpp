@@ -4,6 +4,7 @@
 
 #include "model/param_init.hpp"
 #include "tp/tp_comm_ops.hpp"
+#include "tp/weight_cast.hpp"
 
 namespace hetpar {
 
@@ -24,7 +25,7 @@ ColumnParallelLinear::ColumnParallelLinear(const LinearSpec& spec, Group& tp, bo
 }
 
 at::Tensor ColumnParallelLinear::forward(const at::Tensor& x) {
-  at::Tensor y = at::linear(identity_fwd_allreduce_bwd(x, tp_), weight, bias);
+  at::Tensor y = at::linear(identity_fwd_allreduce_bwd(x, tp_), compute_weight(weight, x), compute_weight(bias, x));
   return gather_output_ ? allgather_fwd_split_bwd(y, tp_) : y;
 }
 
@@ -33,9 +34,9 @@ std::vector<at::Tensor> fused_column_parallel(const at::Tensor& x, const std::ve
   std::vector<at::Tensor> weights, biases;
   std::vector<int64_t> widths;
   for (const ColumnParallelLinear* l : layers) {
-    weights.push_back(l->weight);
+    weights.push_back(compute_weight(l->weight, x));
     widths.push_back(l->weight.size(0));
-    if (l->bias.defined()) biases.push_back(l->bias);
+    if (l->bias.defined()) biases.push_back(compute_weight(l->bias, x));
   }
   if (!biases.empty() && biases.size() != layers.size()) {
     throw std::logic_error("fused_column_parallel: all layers need a bias, or none");
@@ -53,7 +54,7 @@ RowParallelLinear::RowParallelLinear(const LinearSpec& spec, Group& tp, bool inp
 
 at::Tensor RowParallelLinear::forward(const at::Tensor& x) {
   at::Tensor local = input_is_sharded_ ? x : split_fwd_allgather_bwd(x, tp_);
-  at::Tensor y = allreduce_fwd_identity_bwd(at::matmul(local, weight.t()), tp_);
+  at::Tensor y = allreduce_fwd_identity_bwd(at::linear(local, compute_weight(weight, local)), tp_);
   return bias.defined() ? y + bias : y;
 }
 

@@ -68,4 +68,11 @@ at::Tensor vocab_parallel_cross_entropy(const at::Tensor& local_logits, const at
   return VocabParallelCrossEntropy::apply(local_logits, targets, &tp);
 }
 
+at::Tensor cross_entropy_sum(const at::Tensor& local_logits, const at::Tensor& targets, Group& tp) {
+  if (tp.size() > 1) return vocab_parallel_cross_entropy(local_logits.to(at::kFloat), targets, tp).sum();
+  constexpr int64_t kIgnored = -100;  // NLL's marker; any negative target is ignored
+  return at::nll_loss(at::log_softmax(local_logits, 1, at::kFloat), targets.masked_fill(targets < 0, kIgnored), {},
+                      at::Reduction::Sum, kIgnored);
+}
+
 }  // namespace hetpar

@@ -29,4 +29,11 @@ class VocabParallelEmbedding : public torch::nn::Module {
 // gradient (the caller divides by its own count of target tokens).
 at::Tensor vocab_parallel_cross_entropy(const at::Tensor& local_logits, const at::Tensor& targets, Group& tp);
 
+// The cross-entropy summed over tokens, in fp32 whatever the logits' precision
+// (the softmax's sums are where bf16 loses most): logits [N, V/tp], targets
+// [N], negative targets ignored. Over a TP group, the vocab-parallel function;
+// on one rank, the library's fused log-softmax and NLL, which pass over the
+// logits fewer times (bench/bench_step_ops.cpp times the two side by side).
+at::Tensor cross_entropy_sum(const at::Tensor& local_logits, const at::Tensor& targets, Group& tp);
+
 }  // namespace hetpar

@@ -4,6 +4,7 @@
 #include <torch/autograd.h>
 
 #include "boundary/boundary_exchange.hpp"
+#include "tp/weight_cast.hpp"
 #include "train/micro_batch_route.hpp"
 #include "train/sequence_part.hpp"
 
@@ -48,7 +49,7 @@ at::Tensor sequential_micro_batch(const StepContext& ctx, int64_t micro) {
   // Uniform under LLM CP: every CP rank encoded the micro-batch's images (the
   // encoder knows no CP) and keeps the rows of its own positions.
   Group& cp = llm.get(GroupKind::kCp);
-  const at::Tensor llm_rows = uniform && cp.size() > 1 ? image_rows_of_part(rows_in, batch.image_mask, cp) : arrived_in;
+  const at::Tensor llm_rows = uniform && cp.size() > 1 ? image_rows_of_part(rows_in, batch.image_mask_host, cp) : arrived_in;
   const at::Tensor loss_share = llm_forward_backward(ctx, batch, llm_rows);
   if (exchange) {  // a collective: every rank takes part, rows or not
     auto timed = ctx.timer.measure(Phase::kBoundaryBackward);
@@ -111,6 +112,7 @@ void backward_if_graph(const at::Tensor& output, const at::Tensor& grad) {
 }
 
 at::Tensor run_micro_batches(const StepContext& ctx) {
+  const StepCastCache weight_casts(computes_in_bf16(ctx.config));  // each weight cast to bf16 once a step
   if (ctx.config.placement.placement == Placement::NonColocated) return run_noncolocated_micro_batches(ctx);
   if (ctx.config.placement.llm.pp > 1) {
     return ctx.config.placement.placement == Placement::Colocated ? run_colocated_pipeline(ctx) : run_uniform_pipeline(ctx);

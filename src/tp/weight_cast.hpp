@@ -1,0 +1,38 @@
+// The bf16 copies of fp32 weights that bf16 matmuls read under autocast, made
+// once a step and shared by its micro-batches, with their gradients added
+// straight into the fp32 weights' .grad.
+//
+// Autocast alone casts every weight again in each micro-batch's forward, and
+// sends each micro-batch's bf16 weight gradient through a cast to fp32 and
+// then an add into .grad: 6 + 12 bytes a weight. Here the cast happens once a
+// step, and the gradient is one in-place fp32 += bf16 pass (10 bytes; the
+// first micro-batch's is a cast, 6). The values are the same to the bit: the
+// gradient is the same bf16 value added in fp32 either way.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+namespace hetpar {
+
+// What a matmul on `input` should read for `weight` (or a bias): under bf16
+// autocast on the input's device, the weight's bf16 copy (this step's, while a
+// StepCastCache is open; a fresh one otherwise); a weight that needs no
+// gradient goes through autocast's own cast. Outside autocast, the weight.
+at::Tensor compute_weight(const at::Tensor& weight, const at::Tensor& input);
+
+// Open for a step's micro-batches: the bf16 copies (compute_weight's and
+// autocast's own cast cache) live until it closes, before the optimizer
+// changes the weights in place, so no stale copy survives a step. Autocast
+// itself stays off between the forwards (a backward must not run under it).
+class StepCastCache {
+ public:
+  explicit StepCastCache(bool enabled);
+  ~StepCastCache();
+  StepCastCache(const StepCastCache&) = delete;
+  StepCastCache& operator=(const StepCastCache&) = delete;
+
+ private:
+  bool enabled_;
+};
+
+}  // namespace hetpar
