@@ -90,7 +90,7 @@ bench-peer: hetpar
 # more than doubles a process's own, which is what that test measures).
 test-asan: deps
 	@cmake -S . -B $(ASAN_BUILD) -G Ninja -DHETPAR_PYTHON=$(VENV)/bin/python -DHETPAR_SANITIZE=address,undefined >/dev/null
-	@cmake --build $(ASAN_BUILD) -j $(JOBS) --target hetpar test_config test_dist test_gpu bench_boundary
+	@cmake --build $(ASAN_BUILD) -j $(JOBS) --target hetpar test_config test_dist test_gpu bench_boundary bench_step_ops
 	cd $(ASAN_BUILD) && $(SANITIZER_ENV) ctest --output-on-failure -j $(CTEST_JOBS) -E '^(hf_llava_interop|plot_results|peer_bench_smoke|MemoryModel.PredictsThePeakResidentMemoryOfRealRuns)$$'
 
 clean:
