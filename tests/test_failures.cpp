@@ -27,6 +27,17 @@ HETPAR_WORKER(rank_exits_mid_collective) {
   for (int i = 0; i < 100; ++i) rt.world().all_reduce(t);
 }
 
+// Rank 1 vanishes; rank 0, a moment later, keeps sending to it point to
+// point (a non-colocated encoder's rows): starting a send on the closed
+// connection fails at once, which must still be a collective error.
+HETPAR_WORKER(rank_exits_before_sends) {
+  rt.world().barrier();
+  if (rt.rank() == 1) _exit(7);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const at::Tensor rows = at::ones({256, 64});
+  for (int i = 0; i < 200; ++i) rt.world().send(rows, 1, i);
+}
+
 // Rank 1 stops answering (alive, but never joins); the others must time out.
 HETPAR_WORKER(rank_hangs) {
   if (rt.rank() == 1) std::this_thread::sleep_for(std::chrono::hours(1));
@@ -72,6 +83,16 @@ TEST(Failures, RankExitsMidCollective) {
     EXPECT_EQ(r.ranks[rank].exit_code, kExitCollectiveError) << r.ranks[rank].output;
     EXPECT_NE(r.ranks[rank].output.find("all_reduce on group world"), std::string::npos) << r.ranks[rank].output;
   }
+}
+
+TEST(Failures, ASendToAVanishedRankIsACollectiveError) {
+  WorkerOptions options;
+  options.timeout_ms = kTimeoutMs;
+  const LaunchResult r = run_workers("rank_exits_before_sends", 2, options);
+  expect_whole_job_failed(r, 1);
+  EXPECT_EQ(r.ranks[0].signal, 0) << r.ranks[0].output;
+  EXPECT_EQ(r.ranks[0].exit_code, kExitCollectiveError) << r.ranks[0].output;
+  EXPECT_NE(r.ranks[0].output.find("send on group world"), std::string::npos) << r.ranks[0].output;
 }
 
 TEST(Failures, HungRankTimesOutThenIsKilled) {

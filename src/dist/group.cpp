@@ -50,6 +50,15 @@ void Group::fail(const char* call, const std::string& why) const {
                                     name_, rank_, size(), fmt::join(ranks_, ","), why));
 }
 
+c10::intrusive_ptr<c10d::Work> Group::start(const char* call,
+                                            const std::function<c10::intrusive_ptr<c10d::Work>()>& post) const {
+  try {
+    return post();
+  } catch (const std::exception& e) {
+    fail(call, error_message(e));
+  }
+}
+
 void Group::wait(const c10::intrusive_ptr<c10d::Work>& work, const char* call, int64_t trace_id) const {
   if (trace_id >= 0) trace_->waited(trace_id);  // before blocking: a hung run's trace shows the wait
   try {
@@ -73,7 +82,7 @@ void Group::all_reduce(at::Tensor& tensor, ReduceOp op) {
   opts.reduceOp = to_c10d(op);
   opts.timeout = timeout_;
   const int64_t id = trace("all_reduce", tensor);
-  wait(backend_->allreduce(tensors, opts), "all_reduce", id);
+  wait(start("all_reduce", [&] { return backend_->allreduce(tensors, opts); }), "all_reduce", id);
 }
 
 at::Tensor Group::all_gather(const at::Tensor& tensor) {
@@ -87,7 +96,7 @@ at::Tensor Group::all_gather(const at::Tensor& tensor) {
   c10d::AllgatherOptions opts;
   opts.timeout = timeout_;
   const int64_t id = trace("all_gather", input);
-  wait(backend_->_allgather_base(output, input, opts), "all_gather", id);
+  wait(start("all_gather", [&] { return backend_->_allgather_base(output, input, opts); }), "all_gather", id);
   return output;
 }
 
@@ -105,7 +114,8 @@ at::Tensor Group::reduce_scatter(const at::Tensor& tensor) {
   c10d::ReduceScatterOptions opts;
   opts.timeout = timeout_;
   const int64_t id = trace("reduce_scatter", input);
-  wait(backend_->_reduce_scatter_base(output, input, opts), "reduce_scatter", id);
+  wait(start("reduce_scatter", [&] { return backend_->_reduce_scatter_base(output, input, opts); }), "reduce_scatter",
+       id);
   return output;
 }
 
@@ -129,7 +139,8 @@ at::Tensor Group::all_to_all_v(const at::Tensor& input, const std::vector<int64_
   c10d::AllToAllOptions opts;
   opts.timeout = timeout_;
   const int64_t id = trace("all_to_all_v", in);
-  wait(backend_->alltoall_base(output, in, out_counts, in_counts, opts), "all_to_all_v", id);
+  wait(start("all_to_all_v", [&] { return backend_->alltoall_base(output, in, out_counts, in_counts, opts); }),
+       "all_to_all_v", id);
   return output;
 }
 
@@ -141,7 +152,7 @@ void Group::broadcast(at::Tensor& tensor, int root) {
   opts.rootRank = root;
   opts.timeout = timeout_;
   const int64_t id = trace("broadcast", tensor);
-  wait(backend_->broadcast(tensors, opts), "broadcast", id);
+  wait(start("broadcast", [&] { return backend_->broadcast(tensors, opts); }), "broadcast", id);
 }
 
 void Group::send(const at::Tensor& tensor, int dst, int tag) { isend(tensor, dst, tag).wait(); }
@@ -155,7 +166,7 @@ Group::Pending Group::isend(const at::Tensor& tensor, int dst, int tag) {
   check_peer(dst, "send");
   std::vector<at::Tensor> tensors{tensor.contiguous()};
   const int64_t id = trace("send", tensors[0], dst, tag);
-  return Pending(this, backend_->send(tensors, dst, tag), tensors[0], "send", id);
+  return Pending(this, start("send", [&] { return backend_->send(tensors, dst, tag); }), tensors[0], "send", id);
 }
 
 Group::Pending Group::irecv(at::Tensor buffer, int src, int tag) {
@@ -163,7 +174,7 @@ Group::Pending Group::irecv(at::Tensor buffer, int src, int tag) {
   if (!buffer.is_contiguous()) fail("recv", "the receive buffer must be contiguous");
   std::vector<at::Tensor> tensors{buffer};
   const int64_t id = trace("recv", buffer, src, tag);
-  return Pending(this, backend_->recv(tensors, src, tag), buffer, "recv", id);
+  return Pending(this, start("recv", [&] { return backend_->recv(tensors, src, tag); }), buffer, "recv", id);
 }
 
 at::Tensor Group::Pending::wait() {
@@ -177,7 +188,7 @@ void Group::barrier() {
   c10d::BarrierOptions opts;
   opts.timeout = timeout_;
   const int64_t id = trace("barrier", at::Tensor());
-  wait(backend_->barrier(opts), "barrier", id);
+  wait(start("barrier", [&] { return backend_->barrier(opts); }), "barrier", id);
 }
 
 }  // namespace hetpar
