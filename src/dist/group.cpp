@@ -59,6 +59,11 @@ c10::intrusive_ptr<c10d::Work> Group::start(const char* call,
   }
 }
 
+void Group::complete(const char* call, int64_t trace_id,
+                     const std::function<c10::intrusive_ptr<c10d::Work>()>& post) const {
+  wait(start(call, post), call, trace_id);
+}
+
 void Group::wait(const c10::intrusive_ptr<c10d::Work>& work, const char* call, int64_t trace_id) const {
   if (trace_id >= 0) trace_->waited(trace_id);  // before blocking: a hung run's trace shows the wait
   try {
@@ -82,7 +87,7 @@ void Group::all_reduce(at::Tensor& tensor, ReduceOp op) {
   opts.reduceOp = to_c10d(op);
   opts.timeout = timeout_;
   const int64_t id = trace("all_reduce", tensor);
-  wait(start("all_reduce", [&] { return backend_->allreduce(tensors, opts); }), "all_reduce", id);
+  complete("all_reduce", id, [&] { return backend_->allreduce(tensors, opts); });
 }
 
 at::Tensor Group::all_gather(const at::Tensor& tensor) {
@@ -96,7 +101,7 @@ at::Tensor Group::all_gather(const at::Tensor& tensor) {
   c10d::AllgatherOptions opts;
   opts.timeout = timeout_;
   const int64_t id = trace("all_gather", input);
-  wait(start("all_gather", [&] { return backend_->_allgather_base(output, input, opts); }), "all_gather", id);
+  complete("all_gather", id, [&] { return backend_->_allgather_base(output, input, opts); });
   return output;
 }
 
@@ -114,8 +119,7 @@ at::Tensor Group::reduce_scatter(const at::Tensor& tensor) {
   c10d::ReduceScatterOptions opts;
   opts.timeout = timeout_;
   const int64_t id = trace("reduce_scatter", input);
-  wait(start("reduce_scatter", [&] { return backend_->_reduce_scatter_base(output, input, opts); }), "reduce_scatter",
-       id);
+  complete("reduce_scatter", id, [&] { return backend_->_reduce_scatter_base(output, input, opts); });
   return output;
 }
 
@@ -139,8 +143,7 @@ at::Tensor Group::all_to_all_v(const at::Tensor& input, const std::vector<int64_
   c10d::AllToAllOptions opts;
   opts.timeout = timeout_;
   const int64_t id = trace("all_to_all_v", in);
-  wait(start("all_to_all_v", [&] { return backend_->alltoall_base(output, in, out_counts, in_counts, opts); }),
-       "all_to_all_v", id);
+  complete("all_to_all_v", id, [&] { return backend_->alltoall_base(output, in, out_counts, in_counts, opts); });
   return output;
 }
 
@@ -152,7 +155,7 @@ void Group::broadcast(at::Tensor& tensor, int root) {
   opts.rootRank = root;
   opts.timeout = timeout_;
   const int64_t id = trace("broadcast", tensor);
-  wait(start("broadcast", [&] { return backend_->broadcast(tensors, opts); }), "broadcast", id);
+  complete("broadcast", id, [&] { return backend_->broadcast(tensors, opts); });
 }
 
 void Group::send(const at::Tensor& tensor, int dst, int tag) { isend(tensor, dst, tag).wait(); }
@@ -188,7 +191,7 @@ void Group::barrier() {
   c10d::BarrierOptions opts;
   opts.timeout = timeout_;
   const int64_t id = trace("barrier", at::Tensor());
-  wait(start("barrier", [&] { return backend_->barrier(opts); }), "barrier", id);
+  complete("barrier", id, [&] { return backend_->barrier(opts); });
 }
 
 }  // namespace hetpar

@@ -73,6 +73,8 @@ class Group {
   // Starts a call on the backend: a peer already gone can make the start
   // itself throw (a closed socket), which is a collective error like a failed wait.
   c10::intrusive_ptr<c10d::Work> start(const char* call, const std::function<c10::intrusive_ptr<c10d::Work>()>& post) const;
+  // Starts a call and waits for it.
+  void complete(const char* call, int64_t trace_id, const std::function<c10::intrusive_ptr<c10d::Work>()>& post) const;
   void wait(const c10::intrusive_ptr<c10d::Work>& work, const char* call, int64_t trace_id) const;
   // Records a call in the communication trace (dist/comm_trace.hpp); -1 when off.
   int64_t trace(const char* kind, const at::Tensor& tensor, int peer = -1, int tag = 0) const;

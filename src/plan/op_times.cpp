@@ -60,9 +60,8 @@ int members_per_node(const Profile& p, int first, int stride, int size) {
 // straight into the fp32 .grad (a bf16 and an fp32 value read, one written).
 Cost weight_traffic(const Profile& p, double fused, double weights, double cast_share) {
   const double e = p.element_bytes();
-  if (e >= kFp32) return {p.memory_seconds("add", 2 * kFp32 * fused), p.memory_seconds("add", 3 * kFp32 * weights)};
-  return {p.memory_seconds("add", 2 * e * fused + cast_share * (kFp32 + e) * weights),
-          p.memory_seconds("add", (2 * kFp32 + e) * weights)};
+  const double cast = e < kFp32 ? cast_share * (kFp32 + e) * weights : 0;
+  return {p.memory_seconds("add", 2 * e * fused + cast), p.memory_seconds("add", (2 * kFp32 + e) * weights)};
 }
 
 struct LayerShape {

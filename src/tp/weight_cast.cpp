@@ -57,15 +57,11 @@ at::Tensor compute_weight(const at::Tensor& weight, const at::Tensor& input) {
 }
 
 StepCastCache::StepCastCache(bool enabled) : enabled_(enabled) {
-  if (!enabled_) return;
-  ++step_casts.open;
-  at::autocast::increment_nesting();
+  if (enabled_) ++step_casts.open;
 }
 
 StepCastCache::~StepCastCache() {
-  if (!enabled_) return;
-  if (--step_casts.open == 0) step_casts.copies.clear();
-  if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+  if (enabled_ && --step_casts.open == 0) step_casts.copies.clear();
 }
 
 }  // namespace hetpar

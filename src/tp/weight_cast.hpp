@@ -20,10 +20,11 @@ namespace hetpar {
 // gradient goes through autocast's own cast. Outside autocast, the weight.
 at::Tensor compute_weight(const at::Tensor& weight, const at::Tensor& input);
 
-// Open for a step's micro-batches: the bf16 copies (compute_weight's and
-// autocast's own cast cache) live until it closes, before the optimizer
-// changes the weights in place, so no stale copy survives a step. Autocast
-// itself stays off between the forwards (a backward must not run under it).
+// Open for a step's micro-batches: compute_weight's bf16 copies live until it
+// closes, before the optimizer changes the weights in place, so no stale copy
+// survives a step. Autocast itself stays off between the forwards (a backward
+// must not run under it). Autocast's own cache is not kept: it only ever
+// holds casts of leaves that need a gradient, and those all come here.
 class StepCastCache {
  public:
   explicit StepCastCache(bool enabled);

@@ -1,10 +1,9 @@
 // bf16 autocast for the forward passes of a scope, on the CPU and CUDA:
 // matmuls, linear layers and attention run in bf16 on fp32 weights; the
-// backward runs outside (parameter gradients stay fp32). The cast cache of
-// bf16 weight copies is cleared when the outermost scope ends (a
-// StepCastCache's, in training), so that the optimizer's in-place updates are
-// never hidden behind stale copies. Trainable weights are cast through
-// tp/weight_cast.hpp, once a step.
+// backward runs outside (parameter gradients stay fp32). Autocast's cast
+// cache is cleared when the outermost scope ends, so that the optimizer's
+// in-place updates are never hidden behind stale copies. Trainable weights
+// are cast through tp/weight_cast.hpp instead, once a step.
 #pragma once
 
 #include <ATen/autocast_mode.h>
