@@ -1,4 +1,4 @@
-// Microbenchmark of two pieces of a training step, each beside the way it was
+// Microbenchmark of three pieces of a training step, each beside the way it was
 // done before, in one process on one thread (CPU):
 //
 //   loss/<path>/<dtype>   the summed cross-entropy over [tokens, vocab] logits,
@@ -13,10 +13,18 @@
 //                         and an add (before), `once_per_step` casts once a
 //                         step and adds the bf16 gradients straight into the
 //                         fp32 .grad (tp/weight_cast.hpp, now).
+//   embedding/<backward>  a step's micro-batches of a [vocab, hidden] fp32
+//                         table's lookups, forward + backward: `dense` is the
+//                         library's embedding, whose backward writes a dense
+//                         gradient of the table that autograd adds into .grad
+//                         (before), `rows_into_grad` is VocabParallelEmbedding
+//                         on one rank, which adds the looked-up rows'
+//                         gradients into .grad in place (now).
 //
 // Before timing, each pair is checked to compute the same thing: the two
 // losses and their logit gradients within fp32 rounding, the two cast modes'
-// weight gradients equal to the bit. `--smoke` runs every benchmark once on
+// weight gradients equal to the bit, the two tables' gradients within fp32
+// rounding (the sums over micro-batches associate differently). `--smoke` runs every benchmark once on
 // small shapes (ctest: bench_step_ops_smoke). The figures that matter are the
 // ratios within a pair, printed by the same run.
 #include <ATen/ATen.h>
@@ -26,6 +34,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -43,6 +52,7 @@ struct Shapes {
   int64_t tokens = 2048, vocab = 32000;  // the loss
   int64_t hidden = 1024, layers = 4;     // the linear stack
   int64_t block_tokens = 16, micro_batches = 8;
+  int64_t table_hidden = 1024;  // the embedding: vocab x this, `tokens` ids a micro-batch
 };
 Shapes g_shapes;
 
@@ -151,6 +161,50 @@ void BM_Casts(benchmark::State& state, bool step_casts) {
   state.counters["micro_batches"] = static_cast<double>(g_shapes.micro_batches);
 }
 
+// ---- the embedding's gradient -----------------------------------------------------
+
+struct Lookups {
+  std::unique_ptr<VocabParallelEmbedding> layer;  // its weight is the table
+  std::vector<at::Tensor> ids, upstream;          // a micro-batch's ids and rows' gradient
+};
+
+Lookups make_lookups() {
+  Lookups l;
+  l.layer = std::make_unique<VocabParallelEmbedding>("bench.embed", g_shapes.vocab, g_shapes.table_hidden, 5, 0.02,
+                                                     one_rank());
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(13);
+  for (int64_t m = 0; m < g_shapes.micro_batches; ++m) {
+    l.ids.push_back(at::randint(g_shapes.vocab, {g_shapes.tokens}, gen, at::TensorOptions(at::kLong)));
+    l.upstream.push_back(at::randn({g_shapes.tokens, g_shapes.table_hidden}, gen, at::TensorOptions(at::kFloat)));
+  }
+  return l;
+}
+
+void run_lookups(Lookups& l, bool rows_into_grad) {
+  const at::Tensor& table = l.layer->weight;
+  table.mutable_grad() = at::Tensor();
+  for (size_t m = 0; m < l.ids.size(); ++m) {
+    const at::Tensor rows = rows_into_grad ? l.layer->forward(l.ids[m]) : at::embedding(table, l.ids[m]);
+    rows.backward(l.upstream[m]);
+  }
+}
+
+void check_embeddings_agree() {
+  Lookups l = make_lookups();
+  run_lookups(l, false);
+  const at::Tensor dense = l.layer->weight.grad().clone();
+  run_lookups(l, true);
+  const double diff = (dense - l.layer->weight.grad()).abs().max().item<double>() / dense.abs().max().item<double>();
+  if (diff > 1e-6) throw std::runtime_error("the two embedding gradients disagree: " + std::to_string(diff));
+}
+
+void BM_Embedding(benchmark::State& state, bool rows_into_grad) {
+  Lookups l = make_lookups();
+  for (auto _ : state) run_lookups(l, rows_into_grad);
+  state.counters["table"] = static_cast<double>(g_shapes.vocab * g_shapes.table_hidden);
+  state.counters["micro_batches"] = static_cast<double>(g_shapes.micro_batches);
+}
+
 void register_all(bool smoke) {
   auto add = [&](benchmark::internal::Benchmark* bm) {
     bm->Unit(benchmark::kMillisecond)->UseRealTime();
@@ -163,6 +217,8 @@ void register_all(bool smoke) {
   }
   add(benchmark::RegisterBenchmark("casts/autocast_alone", BM_Casts, false));
   add(benchmark::RegisterBenchmark("casts/once_per_step", BM_Casts, true));
+  add(benchmark::RegisterBenchmark("embedding/dense", BM_Embedding, false));
+  add(benchmark::RegisterBenchmark("embedding/rows_into_grad", BM_Embedding, true));
 }
 
 }  // namespace
@@ -183,12 +239,13 @@ int main(int argc, char** argv) {
       return hetpar::kExitConfigError;
     }
   }
-  if (smoke) g_shapes = Shapes{64, 1000, 64, 2, 16, 2};
+  if (smoke) g_shapes = Shapes{64, 1000, 64, 2, 16, 2, 32};
   at::set_num_threads(1);
   try {
     check_losses_agree(at::kFloat);
     check_losses_agree(at::kBFloat16);
     check_casts_agree();
+    check_embeddings_agree();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_step_ops: check failed before timing: %s\n", e.what());
     return 1;

@@ -102,9 +102,12 @@ TEST(OpTimes, TheLlmForwardIsItsMatmulFlopsAtTheRate) {
 // layer and micro-batch the fused weights concatenated forward (2 x 4 bytes
 // of 64 x 128 + 2 x 64 x 192 = 32768 values) and all 49152 weights'
 // gradients accumulated backward (3 x 4 bytes each); the fp32 loss over the
-// 512 logits a token (9.5 passes forward, 5.5 backward) and the head's and
-// embedding's gradients accumulated (32768 values each). Under TP2 each
-// rank's share, plus the copies of four all-reduce inputs (2 x 64 each).
+// 512 logits a token (9.5 passes forward, 5.5 backward), the head's
+// gradient accumulated (32768 values), and the embedding's: each
+// micro-batch's 256 rows of 64 added into .grad (3 x 4 bytes each) and its
+// 32768 zeros filled once a step (4 bytes, a quarter on each of the 4
+// micro-batches). Under TP2 each rank's share, plus the copies of four
+// all-reduce inputs (2 x 64 each).
 TEST(OpTimes, TheLlmElementwiseWorkIsTheLayerCodesOps) {
   json j = flat_profile(1e30, 2);
   for (json& m : j["memory_bound"]) {
@@ -118,10 +121,11 @@ TEST(OpTimes, TheLlmElementwiseWorkIsTheLayerCodesOps) {
   // function (8 forward, 4 backward).
   const double logits = 4 * tokens * 512, loss_forward = 4 * logits, loss_backward = 5 * logits;
   const double table = 512 * 64;  // the head's weights, and the embedding's
+  const double embedding_grad = 4 * table / 4 + 12 * tokens * 64;
   const OpTimes t = op_times(load_run_config(HETPAR_SOURCE_DIR "/workloads/tiny.toml", {}), p);
   EXPECT_NEAR(t.llm_forward[0], (2 * (tokens * bytes * layer_forward + 8 * 32768) + loss_forward) / 1e9, 1e-10);
   EXPECT_NEAR(t.llm_backward[0],
-              (2 * (tokens * bytes * (2 * layer_forward - rope) + 12 * 49152) + loss_backward + 2 * 12 * table) / 1e9,
+              (2 * (tokens * bytes * (2 * layer_forward - rope) + 12 * 49152) + loss_backward + 12 * table + embedding_grad) / 1e9,
               1e-10);
   const OpTimes tp2 = op_times(load_run_config(HETPAR_SOURCE_DIR "/workloads/tiny.toml", {"layout.llm.tp=2"}), p);
   const double shard_forward = 2 * 3 * 64 + (2 * 64 + 3 * 192 + 5 * 96) / 2.0 + 2 * 2 * 64;
@@ -130,8 +134,8 @@ TEST(OpTimes, TheLlmElementwiseWorkIsTheLayerCodesOps) {
   // bf16: values of 2 bytes; the fused weights concatenated as bf16 copies;
   // every weight cast to bf16 once a step (6 bytes, a quarter of it on each
   // of the 4 micro-batches); every micro-batch's bf16 weight gradients added
-  // into the fp32 .grad (10 bytes); the embedding's fp32 gradient added as in
-  // fp32 (12); the loss's logits cast in and back (1.5 passes each).
+  // into the fp32 .grad (10 bytes); the embedding's fp32 gradient as in fp32;
+  // the loss's logits cast in and back (1.5 passes each).
   j["element_bytes"] = 2;
   const RunConfig c = load_run_config(HETPAR_SOURCE_DIR "/workloads/tiny.toml", {});
   ASSERT_EQ(micro_batches_per_step(c), 4);
@@ -140,7 +144,7 @@ TEST(OpTimes, TheLlmElementwiseWorkIsTheLayerCodesOps) {
               (2 * (tokens * 2 * layer_forward + 4 * 32768 + 6 * 49152 / 4.0) + 5.5 * logits + 6 * table / 4.0) / 1e9,
               1e-10);
   EXPECT_NEAR(bf16.llm_backward[0],
-              (2 * (tokens * 2 * (2 * layer_forward - rope) + 10 * 49152) + 6.5 * logits + 10 * table + 12 * table) / 1e9,
+              (2 * (tokens * 2 * (2 * layer_forward - rope) + 10 * 49152) + 6.5 * logits + 10 * table + embedding_grad) / 1e9,
               1e-10);
 }
 

@@ -105,18 +105,32 @@ HETPAR_WORKER(column_row_mlp) {
   expect_close(fc2.weight.grad(), shard(w2.grad(), 1, tp.rank(), tp.size()), "fc2 weight grad");
 }
 
+// Two micro-batches with repeated ids, their gradients accumulated into the
+// table's .grad (the layer places each row's gradient there itself), then a
+// frozen table, which gets none.
 HETPAR_WORKER(vocab_parallel_embedding) {
   Group& tp = rt.world();
   const int64_t vocab = 32, hidden = 6;
   VocabParallelEmbedding emb("emb", vocab, hidden, 42, 0.5, tp);
-  const at::Tensor ids = at::arange(40, at::kLong).reshape({4, 10}) * 7 % vocab, r = data("r", {4, 10, hidden});
-  at::Tensor y = emb.forward(ids);
-  (y * r).sum().backward();
   at::Tensor w = leaf(init_normal(42, "emb.weight", {vocab, hidden}, 0.5));
-  at::Tensor yr = at::embedding(w, ids);
-  (yr * r).sum().backward();
-  expect_close(y, yr.detach(), "output");
-  expect_close(emb.weight.grad(), shard(w.grad(), 0, tp.rank(), tp.size()), "weight grad");
+  for (int64_t micro_batch = 0; micro_batch < 2; ++micro_batch) {
+    const at::Tensor ids = (at::arange(40, at::kLong).reshape({4, 10}) * (7 + 4 * micro_batch) + micro_batch) % vocab;
+    const at::Tensor r = data("r" + std::to_string(micro_batch), {4, 10, hidden});
+    at::Tensor y = emb.forward(ids);
+    (y * r).sum().backward();
+    at::Tensor yr = at::embedding(w, ids);
+    (yr * r).sum().backward();
+    expect_close(y, yr.detach(), "output");
+    expect_close(emb.weight.grad(), shard(w.grad(), 0, tp.rank(), tp.size()), "weight grad");
+  }
+  emb.weight.set_requires_grad(false);
+  emb.weight.mutable_grad().reset();
+  const at::Tensor ids = at::arange(12, at::kLong) * 5 % vocab;
+  at::Tensor scale = leaf(data("scale", {hidden}));  // something downstream still trains
+  const at::Tensor y = emb.forward(ids);
+  (y * scale).sum().backward();
+  expect_close(y, at::embedding(w, ids).detach(), "frozen output");
+  require(!emb.weight.grad().defined() && scale.grad().defined(), "a frozen table got a gradient");
 }
 
 HETPAR_WORKER(vocab_parallel_cross_entropy) {

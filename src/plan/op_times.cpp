@@ -210,8 +210,12 @@ OpEstimate estimate_ops(const RunConfig& c, const Profile& p) {
   const RankCost layer = calibrated_layer_cost(p, llm_layer, "llm");
   for (int s = 0; s < pl.llm.pp; ++s) {
     RankCost stage = stack(layer, stage_layers(llm.layers, pl.llm.pp, s).count);
-    if (s == 0) {  // the embedding's gradient, dense over this rank's vocabulary, added into its .grad
-      stage.compute += Cost{0, p.memory_seconds("add", 3 * kFp32 * double(llm.vocab_size) / pl.llm.tp * double(llm.hidden))};
+    if (s == 0) {
+      // The embedding's gradient: each micro-batch's rows added into .grad in
+      // place (a read of the rows' gradient and a read-modify-write of .grad's
+      // rows), and the zeros of this rank's vocabulary filled once a step.
+      const double table = double(llm.vocab_size) / pl.llm.tp * double(llm.hidden);
+      stage.compute += Cost{0, p.memory_seconds("add", kFp32 * (table / micro_batches + 3 * tokens * double(llm.hidden)))};
     }
     if (s == pl.llm.pp - 1) {  // the head, its loss, and the vocab-parallel loss's small all-reduces
       stage.compute += matmul(p, tokens, double(llm.vocab_size) / pl.llm.tp, double(llm.hidden));
