@@ -20,9 +20,9 @@ namespace {
 // Measured peak resident memory runs 7-12% above the model in these runs
 // (2026-12-05, the one-rank loss's logits counted as the three copies it
 // holds; 4-6% with the four the vocab-parallel loss held): the allocator's own
-// slack and the runtime's buffers beyond the smallest run's. Varying the
-// micro-batch shows the model's per-token part a little high and a fixed
-// part of about 200 MiB missing, which is not yet explained.
+// slack (the C library's heap keeps freed activations once its mmap
+// threshold has risen: docs/design.md, "Memory model") and the runtime's
+// buffers beyond the smallest run's.
 constexpr double kBound = 0.15;
 
 const std::string kTiny = HETPAR_SOURCE_DIR "/workloads/tiny.toml";
