@@ -24,9 +24,10 @@
 // Before timing, each pair is checked to compute the same thing: the two
 // losses and their logit gradients within fp32 rounding, the two cast modes'
 // weight gradients equal to the bit, the two tables' gradients within fp32
-// rounding (the sums over micro-batches associate differently). `--smoke` runs every benchmark once on
-// small shapes (ctest: bench_step_ops_smoke). The figures that matter are the
-// ratios within a pair, printed by the same run.
+// rounding (the sums over micro-batches associate differently). `--smoke`
+// runs every benchmark once on small shapes (ctest: bench_step_ops_smoke).
+// The figures that matter are the ratios within a pair, printed by the same
+// run.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <benchmark/benchmark.h>

@@ -3,8 +3,6 @@
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
-#include <optional>
-
 #include "model/param_init.hpp"
 #include "tp/tp_comm_ops.hpp"
 
@@ -50,36 +48,29 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
   }
 };
 
-// Forward: the table's rows for `local` ids, zeroed where `mine` is false
-// (ids another TP rank holds; undefined on one rank). Backward: each row's
-// gradient added in place into the weight's fp32 .grad at its row, and none
-// returned. The library's embedding backward writes a dense [vocab/tp,
-// hidden] gradient every micro-batch, which autograd then adds into .grad (4
-// + 12 bytes a weight, each micro-batch); this touches the micro-batch's rows
-// only (and a step's first micro-batch fills .grad's zeros: 4 bytes a weight).
+// Forward: the table's rows for `local` ids. Backward: each row's gradient
+// added in place into the weight's fp32 .grad at its row, and none returned.
+// The library's embedding backward writes a dense [vocab/tp, hidden] gradient
+// every micro-batch, which autograd then adds into .grad (4 + 12 bytes a
+// weight, each micro-batch); this touches the micro-batch's rows only (and a
+// step's first micro-batch fills .grad's zeros: 4 bytes a weight).
 // Accumulating with index_put_ keeps repeated ids in a fixed order on a GPU,
-// where index_add_ would race.
+// where index_add_ would race. A frozen table runs the forward alone.
 struct EmbeddingRows : torch::autograd::Function<EmbeddingRows> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& weight, const at::Tensor& local,
-                            const std::optional<at::Tensor>& mine) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& weight, const at::Tensor& local) {
     ctx->saved_data["weight"] = weight;
     ctx->saved_data["local"] = local;
-    if (mine) ctx->saved_data["mine"] = *mine;
-    const at::Tensor rows = at::embedding(weight, local);
-    return mine ? rows * mine->unsqueeze(-1).to(rows.scalar_type()) : rows;
+    return at::embedding(weight, local);
   }
 
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
     at::Tensor weight = ctx->saved_data["weight"].toTensor();
     const at::Tensor local = ctx->saved_data["local"].toTensor();
-    at::Tensor rows = grads[0].reshape({-1, weight.size(1)}).to(weight.scalar_type());
-    if (ctx->saved_data.count("mine") > 0) {
-      rows = rows * ctx->saved_data["mine"].toTensor().reshape({-1, 1}).to(rows.scalar_type());
-    }
     at::Tensor& grad = weight.mutable_grad();
     if (!grad.defined()) grad = at::zeros_like(weight, at::MemoryFormat::Contiguous);
-    grad.index_put_({local.reshape({-1})}, rows, /*accumulate=*/true);
-    return {at::Tensor(), at::Tensor(), at::Tensor()};
+    grad.index_put_({local.reshape({-1})}, grads[0].reshape({-1, weight.size(1)}).to(weight.scalar_type()),
+                    /*accumulate=*/true);
+    return {at::Tensor(), at::Tensor()};
   }
 };
 
@@ -93,19 +84,11 @@ VocabParallelEmbedding::VocabParallelEmbedding(const std::string& name, int64_t 
 }
 
 at::Tensor VocabParallelEmbedding::forward(const at::Tensor& ids) {
-  at::Tensor local = ids;
-  std::optional<at::Tensor> mine;  // none on one rank, which holds every id
-  if (tp_.size() > 1) {
-    mine = (ids >= first_) & (ids < first_ + count_);
-    local = at::where(*mine, ids - first_, at::zeros_like(ids));
-  }
-  at::Tensor rows;
-  if (weight.requires_grad()) {
-    rows = EmbeddingRows::apply(weight, local, mine);
-  } else {  // frozen: no gradient to place
-    rows = at::embedding(weight, local);
-    if (mine) rows = rows * mine->unsqueeze(-1).to(rows.scalar_type());
-  }
+  if (tp_.size() == 1) return EmbeddingRows::apply(weight, ids);  // one rank holds every id
+  // Ids another rank holds read row 0 here and are zeroed, their gradient with them.
+  const at::Tensor mine = (ids >= first_) & (ids < first_ + count_);
+  const at::Tensor local = at::where(mine, ids - first_, at::zeros_like(ids));
+  const at::Tensor rows = EmbeddingRows::apply(weight, local) * mine.unsqueeze(-1).to(weight.scalar_type());
   return allreduce_fwd_identity_bwd(rows, tp_);
 }
 
