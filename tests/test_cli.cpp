@@ -159,7 +159,8 @@ TEST(Cli, CompareExitCodes) {
 
 // Slurm: ranks from SLURM_PROCID/SLURM_NTASKS; rank 0 hosts the store.
 TEST(Cli, SlurmVariablesWithRankZeroHostingTheStore) {
-  const std::string dir = ::testing::TempDir() + "/cli_slurm";
+  const std::string dir = ::testing::TempDir() + "/cli_slurm_" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
   const std::string common = "SLURM_NTASKS=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(free_port()) +
                              " " + kHetpar + " train " + kQuickstart + " --set run.steps=2 --out " + dir;
   const auto [code, out] = run_command("(SLURM_PROCID=1 SLURM_LOCALID=1 " + common + " & SLURM_PROCID=0 " + common +
@@ -173,7 +174,8 @@ TEST(Cli, SlurmVariablesWithRankZeroHostingTheStore) {
 TEST(Cli, TorchrunNoPython) {
   const std::string torchrun = std::string(HETPAR_TORCHRUN);
   ASSERT_TRUE(std::filesystem::exists(torchrun)) << "the torch venv has no " << torchrun;
-  const std::string dir = ::testing::TempDir() + "/cli_torchrun";
+  const std::string dir = ::testing::TempDir() + "/cli_torchrun_" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
   const auto [code, out] = run_command(torchrun + " --nproc-per-node 2 --master-port " + std::to_string(free_port()) +
                                        " --no-python " + kHetpar + " train " + kQuickstart +
                                        " --set run.steps=2 --out " + dir);
@@ -233,7 +235,7 @@ TEST(Cli, PlanWritesItsFilesAndRefusesBadInput) {
   std::ofstream(mine + "/sweep.toml") << "# my own sweep\n";
   std::tie(code, out) = run_command(plan + "--devices 2 --profile " + h100 + " --out " + mine);
   EXPECT_EQ(code, 2) << out;
-  EXPECT_NE(out.find("sweep.toml that no earlier hetpar plan wrote"), std::string::npos) << out;
+  EXPECT_NE(out.find(mine + "/sweep.toml, which hetpar plan would replace"), std::string::npos) << out;
   std::ifstream kept(mine + "/sweep.toml");
   EXPECT_EQ(std::string((std::istreambuf_iterator<char>(kept)), std::istreambuf_iterator<char>()), "# my own sweep\n");
   EXPECT_FALSE(std::filesystem::exists(mine + "/plan.json"));

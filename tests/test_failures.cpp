@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -126,7 +127,8 @@ TEST(Failures, ErrorMessageReachesTheReport) {
 
 // The real binary: a rank lost mid-run ends `hetpar train` with a report.
 TEST(Failures, TrainCommandReportsTheLostRank) {
-  const std::string out = ::testing::TempDir() + "/fault_run";
+  const std::string out = ::testing::TempDir() + "/fault_run_" + std::to_string(getpid());
+  std::filesystem::remove_all(out);
   const auto [code, output] = run_command(
       "HETPAR_FAULT=1:2 " HETPAR_BINARY " train " HETPAR_SOURCE_DIR
       "/workloads/runs/quickstart.toml --set runtime.timeout_s=4 --set run.steps=5 --out " + out);
@@ -137,7 +139,8 @@ TEST(Failures, TrainCommandReportsTheLostRank) {
 // Killing the launcher itself (SIGKILL: no chance to clean up) must not leave
 // ranks behind: each rank dies with its parent.
 TEST(Failures, NoRankOutlivesAKilledLauncher) {
-  const std::string out = ::testing::TempDir() + "/orphan_run";
+  const std::string out = ::testing::TempDir() + "/orphan_run_" + std::to_string(getpid());
+  std::filesystem::remove_all(out);
   const pid_t launcher = fork();
   ASSERT_GE(launcher, 0);
   if (launcher == 0) {

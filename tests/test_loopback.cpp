@@ -117,6 +117,7 @@ std::string describe(const std::vector<Listener>& ls) {
 
 TEST(Loopback, ALocalJobListensOnLoopbackOnly) {
   const std::string out = ::testing::TempDir() + "/loopback_" + std::to_string(getpid());
+  std::filesystem::remove_all(out);
   const pid_t launcher = start_train({}, out);
   // The launcher's store and each rank's Gloo listener: at least three.
   const std::vector<Listener> found = wait_for_listeners([&] { return with_children(launcher); }, 3);
@@ -134,6 +135,7 @@ TEST(Loopback, ALocalJobListensOnLoopbackOnly) {
 // Slurm-style start, rank 0 hosting the store: it listens where MASTER_ADDR says.
 TEST(Loopback, RankZeroHostsTheStoreAtMasterAddr) {
   const std::string out = ::testing::TempDir() + "/loopback_slurm_" + std::to_string(getpid());
+  std::filesystem::remove_all(out);
   const std::string port = std::to_string(20000 + getpid() % 20000);
   const std::vector<std::string> common = {"SLURM_NTASKS=2", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port};
   std::vector<std::string> env0 = common, env1 = common;

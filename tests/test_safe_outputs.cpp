@@ -1,6 +1,7 @@
 // Nothing lost, nothing written where it should not be: plain names, files
-// written whole or not at all, sweep directories hetpar alone may empty (and
-// one sweep at a time), crash-safe idempotent resume, and the bounds on what
+// written whole or not at all, run and export directories that never replace
+// a user's files (and one run at a time), sweep directories hetpar alone may
+// empty (and one sweep at a time), crash-safe idempotent resume, and the bounds on what
 // a local launch may start.
 #include <gtest/gtest.h>
 #include <sys/file.h>
@@ -9,6 +10,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -21,7 +23,9 @@
 #include "metrics/results_csv.hpp"
 #include "sweep/sweep_dir.hpp"
 #include "sweep/sweep_resume.hpp"
+#include "train/run_dir.hpp"
 #include "util/durable_file.hpp"
+#include "util/output_dir.hpp"
 #include "util/plain_name.hpp"
 
 namespace hetpar {
@@ -134,6 +138,116 @@ TEST(DurableFile, UnusableOutputDirectoriesAreRefused) {
   write_text(dir / "file", "x");
   EXPECT_THROW(ensure_writable_dir(dir / "file"), FileError);
   EXPECT_THROW(ensure_writable_dir("/proc/hetpar-cannot-be-here"), FileError);
+}
+
+// ---- run and export directories ---------------------------------------------------
+
+std::vector<std::string> names_in(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+TEST(OutputDir, AUsersFileOfAnOutputsNameIsNeverReplaced) {
+  Scratch dir;
+  const std::string users = dir / "users";
+  fs::create_directories(users);
+  EXPECT_EQ(output_dir_problem(dir / "absent", run_outputs()), "");
+  EXPECT_EQ(output_dir_problem(users, run_outputs()), "");  // empty
+  write_text(users + "/notes.md", "mine");
+  write_text(users + "/run.toml", "mine");  // a run file beside its results is not an output's name
+  EXPECT_EQ(output_dir_problem(users, run_outputs()), "");
+  for (const std::string name : {"steps.jsonl", "profile_rank3.txt"}) {
+    write_text(users + "/" + name, "mine");
+    const std::string why = output_dir_problem(users, run_outputs());
+    EXPECT_NE(why.find(users + "/" + name + ", which hetpar train would replace"), std::string::npos) << why;
+    EXPECT_NE(why.find("no .hetpar-run marker"), std::string::npos) << why;
+    fs::remove(users + "/" + name);
+  }
+  write_text(users + "/config.json", "{}");
+  EXPECT_EQ(output_dir_problem(users, run_outputs()), "");
+  EXPECT_NE(output_dir_problem(users, hf_export_outputs()).find("hetpar train --save-hf would replace"),
+            std::string::npos);
+  // A marker that is a link is not hetpar's marker.
+  fs::create_symlink(users + "/notes.md", users + "/.hetpar-hf-export");
+  EXPECT_NE(output_dir_problem(users, hf_export_outputs()), "");
+  fs::remove(users + "/.hetpar-hf-export");
+  mark_output_dir(users, hf_export_outputs());
+  EXPECT_EQ(output_dir_problem(users, hf_export_outputs()), "");
+  EXPECT_EQ(text_of(users + "/config.json"), "{}");
+  write_text(dir / "a_file", "x");
+  EXPECT_NE(output_dir_problem(dir / "a_file", run_outputs()).find("is not a directory"), std::string::npos);
+}
+
+TEST(RunDir, AFreshRunRemovesOnlyItsOwnEarlierOutputs) {
+  Scratch dir;
+  const std::string run = dir / "run", outside = dir / "outside";
+  fs::create_directories(outside);
+  write_text(outside + "/keep.txt", "keep");
+  { RunDirClaim first(run, false); }
+  for (const char* name : {"config.toml", "steps.jsonl", "summary.json", "profile_rank0.txt", "notes.md", "run.toml"}) {
+    write_text(run + "/" + name, "earlier");
+  }
+  fs::create_directories(run + "/checkpoints/step_00000002");  // incomplete: no manifest
+  fs::create_symlink(outside + "/keep.txt", run + "/profile_rank1.json");
+  { RunDirClaim second(run, false); }
+  EXPECT_EQ(names_in(run), (std::vector<std::string>{".hetpar-run", "notes.md", "run.toml"}));
+  EXPECT_EQ(text_of(outside + "/keep.txt"), "keep");  // the link went, not what it points to
+  // A marker that is a link is replaced by hetpar's own, never written through.
+  const std::string linked = dir / "linked";
+  fs::create_directories(linked);
+  fs::create_symlink(outside + "/keep.txt", linked + "/.hetpar-run");
+  { RunDirClaim claim(linked, false); }
+  EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(linked + "/.hetpar-run")));
+  EXPECT_EQ(text_of(outside + "/keep.txt"), "keep");
+}
+
+TEST(RunDir, AFreshRunNeverReplacesACompleteCheckpoint) {
+  Scratch dir;
+  const std::string run = dir / "run", step = run + "/checkpoints/step_00000004";
+  // A run directory from before runs were marked: its checkpoint is the proof it is hetpar's.
+  fs::create_directories(step);
+  write_text(step + "/manifest.json", "{}");
+  write_text(run + "/steps.jsonl", "earlier\n");
+  write_text(run + "/summary.json", "{}");
+  try {
+    RunDirClaim fresh(run, false);
+    FAIL() << "a fresh run took over a directory with a checkpoint";
+  } catch (const RunDirError& e) {
+    EXPECT_NE(std::string(e.what()).find("/checkpoints, which hetpar train would replace"), std::string::npos)
+        << e.what();
+  }
+  { RunDirClaim resumed(run, true); }  // marked now; the stale summary goes, the rest stays
+  EXPECT_EQ(names_in(run), (std::vector<std::string>{".hetpar-run", "checkpoints", "steps.jsonl"}));
+  try {
+    RunDirClaim fresh(run, false);
+    FAIL() << "a fresh run replaced a complete checkpoint";
+  } catch (const RunDirError& e) {
+    EXPECT_NE(std::string(e.what()).find("continue it with --resume " + run), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(fs::exists(step + "/manifest.json"));
+  EXPECT_EQ(text_of(run + "/steps.jsonl"), "earlier\n");
+}
+
+TEST(RunDir, OneRunPerDirectoryNamingTheHolder) {
+  Scratch dir;
+  const std::string run = dir / "run";
+  RunDirClaim first(run, false);
+  write_text(run + "/steps.jsonl", "being written");
+  for (bool resuming : {false, true}) {
+    try {
+      RunDirClaim second(run, resuming);
+      FAIL() << "two runs in one directory";
+    } catch (const RunDirError& e) {
+      EXPECT_NE(std::string(e.what()).find("(pid " + std::to_string(getpid()) + ") is writing into"),
+                std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(text_of(run + "/steps.jsonl"), "being written");
+  EXPECT_TRUE(same_directory(run, run + "/"));
+  EXPECT_TRUE(same_directory(run, dir / "x/../run"));
+  EXPECT_FALSE(same_directory(run, dir / "other"));
 }
 
 // ---- sweep directories ----------------------------------------------------------

@@ -1,5 +1,5 @@
 // The real `hetpar` binary used carelessly: a mistyped layout, unusable
-// output paths, a full disk, a diverging run, a bad launch environment, a
+// output paths, output paths holding a user's files, a full disk, a diverging run, a bad launch environment, a
 // peer that stops answering, output read through a pipe or file, and sweep
 // directories that are not hetpar's or are busy. Each ends in one clear
 // error (or a recorded outcome), never a hang, a crash or lost results.
@@ -117,8 +117,43 @@ TEST(Safety, OutputPathsAreCheckedBeforeTheFirstStep) {
   fs::create_directories(dir);
   std::ofstream(dir + "/a_file") << "x";
   expect_refused_before_launch(" --out /proc/hetpar-nowhere", {"--out: cannot create directory /proc/hetpar-nowhere"});
-  expect_refused_before_launch(" --out " + dir + "/a_file", {"--out: cannot use " + dir + "/a_file as a directory"});
+  expect_refused_before_launch(" --out " + dir + "/a_file", {"--out: " + dir + "/a_file exists and is not a directory"});
   expect_refused_before_launch(" --out " + dir + "/run --save-hf " + dir + "/a_file/model", {"--save-hf: cannot"});
+}
+
+// Results never replace a user's files: --out, --save-hf and calibrate's --out
+// holding files hetpar did not write are refused before anything starts, the
+// files untouched; a directory hetpar made takes a new run, which removes its
+// own earlier outputs (so no stale summary is read as the new run's) and
+// nothing else.
+TEST(Safety, OutputsNeverReplaceAUsersFiles) {
+  const std::string dir = scratch("users_files");
+  fs::create_directories(dir + "/model");
+  std::ofstream(dir + "/steps.jsonl") << "my own log\n";
+  std::ofstream(dir + "/model/config.json") << "{\"mine\": true}\n";
+  std::ofstream(dir + "/notes.json") << "my notes\n";
+  expect_refused_before_launch(" --out " + dir, {"--out: " + dir + " holds " + dir + "/steps.jsonl", "choose another path"});
+  expect_refused_before_launch(" --out " + dir + "/run --save-hf " + dir + "/model",
+                               {"--save-hf: " + dir + "/model holds " + dir + "/model/config.json"});
+  EXPECT_FALSE(fs::exists(dir + "/run"));  // refused before the run directory was made
+  const auto [code, out] = run_command(kHetpar + " calibrate --out " + dir + "/notes.json");
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_TRUE(contains(out, "is not a hetpar profile")) << out;
+  EXPECT_EQ(text_of(dir + "/steps.jsonl"), "my own log\n");
+  EXPECT_EQ(text_of(dir + "/model/config.json"), "{\"mine\": true}\n");
+  EXPECT_EQ(text_of(dir + "/notes.json"), "my notes\n");
+
+  const std::string run = dir + "/run", train = kHetpar + " train " + kQuickstart + " --set run.steps=2 --out " + run;
+  auto [first, first_out] = run_command(train);
+  ASSERT_EQ(first, 0) << first_out;
+  std::ofstream(run + "/profile_rank5.txt") << "an earlier run's profile";
+  std::ofstream(run + "/notes.md") << "mine";
+  auto [second, second_out] = run_command(train);
+  EXPECT_EQ(second, 0) << second_out;
+  EXPECT_FALSE(fs::exists(run + "/profile_rank5.txt"));
+  EXPECT_EQ(text_of(run + "/notes.md"), "mine");
+  EXPECT_EQ(lines_of(run + "/steps.jsonl").size(), 2u);
+  fs::remove_all(dir);
 }
 
 // A full disk, as `ulimit -f` makes one: the run fails naming the file, and

@@ -116,6 +116,17 @@ void check_out_path(const std::string& out_arg) {
   if (out.filename().empty() || std::filesystem::is_directory(out)) {
     die(kExitConfigError, "--out " + out_arg + ": names a directory, not a profile file");
   }
+  // An existing file is replaced only when it is an earlier profile.
+  std::error_code ec;
+  if (std::filesystem::exists(std::filesystem::symlink_status(out, ec))) {
+    std::ifstream in(out);
+    const nlohmann::json earlier = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (!std::filesystem::is_regular_file(std::filesystem::symlink_status(out, ec)) || earlier.is_discarded() ||
+        !earlier.is_object() || earlier.value("format", "") != "hetpar-profile/1") {
+      die(kExitConfigError, "--out " + out_arg + ": exists and is not a hetpar profile (format hetpar-profile/1), "
+                            "so calibrate will not replace it; choose another --out");
+    }
+  }
   try {
     ensure_writable_dir(out.parent_path().empty() ? "." : out.parent_path().string());
   } catch (const std::exception& e) {

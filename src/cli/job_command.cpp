@@ -95,7 +95,8 @@ int run_job(const std::string& subcommand, const JobArgs& args, const std::vecto
         !why.empty()) {
       throw ConfigError(config.source_file, estimate_rank_memory(config).module, why);
     }
-    if (preflight && (!env || env->rank == 0)) preflight(config);
+    // Once per job: by the local launcher before it starts the ranks, or by rank 0 of an outside one.
+    if (preflight && (!env || (env->rank == 0 && env->launcher != "local"))) preflight(config);
   } catch (const ConfigError& e) {
     die(kExitConfigError, std::string("config: ") + e.what());
   }

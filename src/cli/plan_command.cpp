@@ -13,31 +13,21 @@
 #include "util/durable_file.hpp"
 #include "util/exit_codes.hpp"
 #include "util/log.hpp"
+#include "util/output_dir.hpp"
 #include "util/plain_name.hpp"
 
 namespace hetpar {
 namespace {
 
-constexpr const char* kWritten[] = {"plan.json", "base.toml", "sweep.toml"};
-
-// "" when `dir` holds none of the files a plan writes, or an earlier plan's
-// (its plan.json says so); else which file a plan would overwrite.
-std::string foreign_files(const std::string& dir) {
-  namespace fs = std::filesystem;
-  bool earlier_plan = false;
-  if (std::ifstream in(fs::path(dir) / "plan.json"); in) {
-    try {
-      earlier_plan = nlohmann::json::parse(in).value("format", "") == "hetpar-plan/1";
-    } catch (const std::exception&) {
-    }
+// A plan directory from before plans were marked: its plan.json says it is one.
+bool earlier_unmarked_plan(const std::string& dir) {
+  std::ifstream in(std::filesystem::path(dir) / "plan.json");
+  if (!in) return false;
+  try {
+    return nlohmann::json::parse(in).value("format", "") == "hetpar-plan/1";
+  } catch (const std::exception&) {
+    return false;
   }
-  for (const char* name : kWritten) {
-    std::error_code ec;
-    if (fs::exists(fs::path(dir) / name, ec) && !earlier_plan) {
-      return std::string("holds a ") + name + " that no earlier hetpar plan wrote; choose another --out";
-    }
-  }
-  return "";
 }
 
 }  // namespace
@@ -85,9 +75,11 @@ int run_plan(const PlanArgs& args) {
     die(kExitConfigError, std::string("--profile: ") + e.what());
   }
   const std::string out = args.out.empty() ? fmt::format("results/plans/{}-{}", base.run.name, args.devices) : args.out;
-  if (const std::string why = foreign_files(out); !why.empty()) die(kExitConfigError, "--out " + out + ": " + why);
+  if (const std::string why = output_dir_problem(out, plan_outputs()); !why.empty() && !earlier_unmarked_plan(out)) {
+    die(kExitConfigError, "--out: " + why);
+  }
   try {
-    ensure_writable_dir(out);
+    mark_output_dir(out, plan_outputs());
   } catch (const std::exception& e) {
     die(kExitConfigError, std::string("--out: ") + e.what());
   }

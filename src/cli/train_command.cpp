@@ -3,7 +3,9 @@
 #include <filesystem>
 
 #include "checkpoint/checkpoint_manifest.hpp"
+#include "train/run_dir.hpp"
 #include "util/durable_file.hpp"
+#include "util/output_dir.hpp"
 
 namespace hetpar {
 namespace {
@@ -53,28 +55,34 @@ int run_train(const TrainArgs& args) {
     if (outputs.out_dir.empty()) outputs.out_dir = outputs.resume.empty() ? "results/runs/" + config.run.name : outputs.resume;
     return outputs;
   };
-  // Where results go is checked before the first step, not found unusable after the last.
-  const Preflight check_outputs = [&](const RunConfig& config) {
+  // Where results go is checked, and claimed, before the first step, not found unusable after the last.
+  RunDirClaim run_dir;  // held until every rank has ended
+  const Preflight prepare_outputs = [&](const RunConfig& config) {
     const TrainOutputs outputs = outputs_of(config);
+    if (!outputs.resume.empty()) check_resume(outputs.resume, config);
+    if (!outputs.save_hf.empty()) {
+      if (const std::string why = output_dir_problem(outputs.save_hf, hf_export_outputs()); !why.empty()) {
+        throw ConfigError("command line", "--save-hf", why);
+      }
+    }
     try {
-      ensure_writable_dir(outputs.out_dir);
-    } catch (const FileError& e) {
+      run_dir = RunDirClaim(outputs.out_dir, !outputs.resume.empty() && same_directory(outputs.out_dir, outputs.resume));
+    } catch (const RunDirError& e) {
       throw ConfigError("command line", "--out", e.what());
     }
     if (!outputs.save_hf.empty()) {
       try {
-        ensure_writable_dir(outputs.save_hf);
+        mark_output_dir(outputs.save_hf, hf_export_outputs());
       } catch (const FileError& e) {
         throw ConfigError("command line", "--save-hf", e.what());
       }
     }
-    if (!outputs.resume.empty()) check_resume(outputs.resume, config);
   };
   JobArgs job = args.job;
   job.hf_model_dir = args.outputs.init_hf;
   return run_job("train", job, rank_args, [&](const RunConfig& config, const LaunchEnv& env) {
     return run_train_job(config, env, outputs_of(config));
-  }, !args.outputs.init_hf.empty() || !args.outputs.save_hf.empty(), check_outputs);
+  }, !args.outputs.init_hf.empty() || !args.outputs.save_hf.empty(), prepare_outputs);
 }
 
 }  // namespace hetpar

@@ -1,30 +1,13 @@
 #include "sweep/sweep_dir.hpp"
 
-#include <fcntl.h>
-#include <sys/file.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
+
+#include "util/marker_lock.hpp"
 
 namespace hetpar {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string marker_text() { return "hetpar sweep directory\npid " + std::to_string(::getpid()) + "\n"; }
-
-// The PID a marker names, or "unknown".
-std::string holder_pid(const std::string& marker) {
-  std::ifstream in(marker);
-  std::string word, pid = "unknown";
-  while (in >> word) {
-    if (word == "pid") in >> pid;
-  }
-  return pid;
-}
 
 bool is_empty_dir(const fs::path& dir) {
   std::error_code ec;
@@ -40,7 +23,8 @@ SweepDir::SweepDir(const std::string& dir, bool fresh) : dir_(dir) {
   if (exists && !fs::is_directory(dir, ec)) {
     throw SweepDirError(dir + " exists and is not a directory; choose another --out");
   }
-  if (exists && !fs::exists(marker, ec) && !is_empty_dir(dir)) {
+  // A link is not a marker: it could lend a user's directory hetpar's ownership.
+  if (exists && !fs::is_regular_file(fs::symlink_status(marker, ec)) && !is_empty_dir(dir)) {
     throw SweepDirError(dir + " exists, is not empty and was not made by hetpar sweep (it has no " +
                         std::string(kSweepMarker) + " marker); hetpar will not write into it" +
                         (fresh ? " or empty it" : "") + ": choose another --out, or remove it yourself");
@@ -48,21 +32,13 @@ SweepDir::SweepDir(const std::string& dir, bool fresh) : dir_(dir) {
   fs::create_directories(dir, ec);
   if (ec) throw SweepDirError("cannot create " + dir + ": " + ec.message());
 
-  lock_fd_ = ::open(marker.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (lock_fd_ < 0) throw SweepDirError("cannot create " + marker.string() + ": " + std::strerror(errno));
-  if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
-    const int error = errno;
-    ::close(lock_fd_);
-    lock_fd_ = -1;
-    if (error == EWOULDBLOCK) {
-      throw SweepDirError("another sweep (pid " + holder_pid(marker) + ") is writing into " + dir +
-                          "; wait for it to end or choose another --out");
-    }
-    throw SweepDirError("cannot lock " + marker.string() + ": " + std::strerror(error));
-  }
-  const std::string text = marker_text();
-  if (::ftruncate(lock_fd_, 0) != 0 || ::pwrite(lock_fd_, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size())) {
-    throw SweepDirError("cannot write " + marker.string() + ": " + std::strerror(errno));
+  try {
+    lock_ = MarkerLock(marker.string(), "hetpar sweep directory");
+  } catch (const MarkerBusy& e) {
+    throw SweepDirError("another sweep (pid " + e.holder_pid + ") is writing into " + dir +
+                        "; wait for it to end or choose another --out");
+  } catch (const std::runtime_error& e) {
+    throw SweepDirError(e.what());
   }
   if (!fresh) return;
   // Everything but the marker, which holds the lock; remove_all never follows links.
@@ -71,10 +47,6 @@ SweepDir::SweepDir(const std::string& dir, bool fresh) : dir_(dir) {
     fs::remove_all(entry.path(), ec);
     if (ec) throw SweepDirError("cannot remove " + entry.path().string() + ": " + ec.message());
   }
-}
-
-SweepDir::~SweepDir() {
-  if (lock_fd_ >= 0) ::close(lock_fd_);  // closing drops the flock
 }
 
 }  // namespace hetpar

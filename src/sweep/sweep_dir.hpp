@@ -11,6 +11,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "util/marker_lock.hpp"
+
 namespace hetpar {
 
 class SweepDirError : public std::runtime_error {
@@ -24,7 +26,6 @@ class SweepDir {
  public:
   // Throws SweepDirError when `dir` cannot be used (see above).
   SweepDir(const std::string& dir, bool fresh);
-  ~SweepDir();  // releases the lock
   SweepDir(const SweepDir&) = delete;
   SweepDir& operator=(const SweepDir&) = delete;
 
@@ -32,7 +33,7 @@ class SweepDir {
 
  private:
   std::string dir_;
-  int lock_fd_ = -1;
+  MarkerLock lock_;  // released when the sweep ends
 };
 
 }  // namespace hetpar

@@ -24,6 +24,7 @@
 #include "sweep/sweep_report.hpp"
 #include "sweep/sweep_resume.hpp"
 #include "util/durable_file.hpp"
+#include "util/output_dir.hpp"
 #include "util/exit_codes.hpp"
 #include "util/log.hpp"
 
@@ -235,7 +236,7 @@ int run_sweep(const SweepSpec& spec, const std::vector<SweepRun>& runs, const Sw
     log_info("{} {}/{} runs | elapsed {} | eta {} | now {} ({}, {} ranks)", progress_bar(ran, to_run), ran, to_run,
              duration_text(elapsed), eta, run.id, run.label, run.world_size);
     const std::string dir = options.out_dir + "/runs/" + run.id;
-    ensure_writable_dir(dir);
+    mark_output_dir(dir, run_outputs());  // the sweep made it: its runs may replace their own earlier outputs
     write_file_atomic(dir + "/run.toml", to_toml(*run.config));
     const ChildOutcome outcome = run_child(train_command(options, run, dir), dir + "/train.log", options.run_timeout_s);
     ++ran;
