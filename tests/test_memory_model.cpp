@@ -27,7 +27,7 @@ TEST(MemoryModel, OneRankHoldsEveryParameterSixteenTimes) {
   EXPECT_DOUBLE_EQ(all_ranks_bytes(ranks), ranks[0].total());
 }
 
-TEST(MemoryModel, TensorParallelismSplitsTheStateAndBf16HalvesActivations) {
+TEST(MemoryModel, TensorParallelismSplitsTheStateAndBf16HalvesActivationsAndCopiesTheWeights) {
   const RankMemory one = rank_memory(tiny({}), MemoryAssumptions{4, 0})[0];
   const RankMemory tp2 = rank_memory(tiny({"layout.llm.tp=2"}), MemoryAssumptions{4, 0})[0];
   EXPECT_NEAR(tp2.state, one.state / 2, 1e-9 * one.state);  // uniform: the encoder takes tp 2 too
@@ -36,7 +36,13 @@ TEST(MemoryModel, TensorParallelismSplitsTheStateAndBf16HalvesActivations) {
   EXPECT_DOUBLE_EQ(tp2.transient, 4.0 * 4 * 128 * 512 / 2);
   const RankMemory bf16 = rank_memory(tiny({}), MemoryAssumptions{2, 0})[0];
   EXPECT_DOUBLE_EQ(bf16.activations, one.activations / 2);
-  EXPECT_DOUBLE_EQ(bf16.state, one.state);  // fp32 weights, gradients, moments on every precision
+  // fp32 weights, gradients, moments on every precision; in bf16 also the
+  // step's 2-byte copies of every trainable weight but the embedding table.
+  const RunConfig c = tiny({});
+  const double parameters = double(llm_parameters(c.llm) + encoder_parameters(c.encoder) +
+                                   projector_parameters(c.encoder, c.llm));
+  const double embedding_table = double(c.llm.vocab_size * c.llm.hidden);
+  EXPECT_NEAR(bf16.state, one.state + 2 * (parameters - embedding_table), 1e-9 * one.state);
 }
 
 TEST(MemoryModel, UnfusedGroupedQueryAttentionKeepsItsProbabilities) {

@@ -17,9 +17,10 @@
 namespace hetpar::test {
 namespace {
 
-// Measured peak resident memory runs 7-12% above the model in these runs
-// (2026-12-05, the one-rank loss's logits counted as the three copies it
-// holds; 4-6% with the four the vocab-parallel loss held): the allocator's own
+// Measured peak resident memory runs 5-6% above the model in these runs
+// (2026-12-05, once the fused projections stopped concatenating their
+// weights every forward; 7-12% while they did, which at two micro-batches a
+// step put a copy of those weights on top of the gradients): the allocator's own
 // slack (the C library's heap keeps freed activations once its mmap
 // threshold has risen: docs/design.md, "Memory model") and the runtime's
 // buffers beyond the smallest run's.

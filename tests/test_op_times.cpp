@@ -123,16 +123,19 @@ TEST(OpTimes, TheLlmElementwiseWorkIsTheLayerCodesOps) {
   const double table = 512 * 64;  // the head's weights, and the embedding's
   const double embedding_grad = 4 * table / 4 + 12 * tokens * 64;
   const OpTimes t = op_times(load_run_config(HETPAR_SOURCE_DIR "/workloads/tiny.toml", {}), p);
-  EXPECT_NEAR(t.llm_forward[0], (2 * (tokens * bytes * layer_forward + 8 * 32768) + loss_forward) / 1e9, 1e-10);
+  // fp32: q, k, v and gate, up as separate GEMMs, their three input gradients summed backward.
+  const double input_gradient_sums = 3 * 3 * 64;
+  EXPECT_NEAR(t.llm_forward[0], (2 * tokens * bytes * layer_forward + loss_forward) / 1e9, 1e-10);
   EXPECT_NEAR(t.llm_backward[0],
-              (2 * (tokens * bytes * (2 * layer_forward - rope) + 12 * 49152) + loss_backward + 12 * table + embedding_grad) / 1e9,
+              (2 * (tokens * bytes * (2 * layer_forward - rope + input_gradient_sums) + 12 * 49152) + loss_backward +
+               12 * table + embedding_grad) / 1e9,
               1e-10);
   const OpTimes tp2 = op_times(load_run_config(HETPAR_SOURCE_DIR "/workloads/tiny.toml", {"layout.llm.tp=2"}), p);
   const double shard_forward = 2 * 3 * 64 + (2 * 64 + 3 * 192 + 5 * 96) / 2.0 + 2 * 2 * 64;
-  EXPECT_NEAR(tp2.llm_forward[0], (2 * (tokens * bytes * shard_forward + 8 * 16384) + 8 * logits / 2) / 1e9, 1e-10);
+  EXPECT_NEAR(tp2.llm_forward[0], (2 * tokens * bytes * shard_forward + 8 * logits / 2) / 1e9, 1e-10);
 
-  // bf16: values of 2 bytes; the fused weights concatenated as bf16 copies;
-  // every weight cast to bf16 once a step (6 bytes, a quarter of it on each
+  // bf16: values of 2 bytes; q, k, v and gate, up as one GEMM each on the
+  // step's concatenated copy; every weight cast to bf16 once a step (6 bytes, a quarter of it on each
   // of the 4 micro-batches); every micro-batch's bf16 weight gradients added
   // into the fp32 .grad (10 bytes); the embedding's fp32 gradient as in fp32;
   // the loss's logits cast in and back (1.5 passes each).
@@ -141,7 +144,7 @@ TEST(OpTimes, TheLlmElementwiseWorkIsTheLayerCodesOps) {
   ASSERT_EQ(micro_batches_per_step(c), 4);
   const OpTimes bf16 = op_times(c, Profile::from_json(j, "bf16 adds only"));
   EXPECT_NEAR(bf16.llm_forward[0],
-              (2 * (tokens * 2 * layer_forward + 4 * 32768 + 6 * 49152 / 4.0) + 5.5 * logits + 6 * table / 4.0) / 1e9,
+              (2 * (tokens * 2 * layer_forward + 6 * 49152 / 4.0) + 5.5 * logits + 6 * table / 4.0) / 1e9,
               1e-10);
   EXPECT_NEAR(bf16.llm_backward[0],
               (2 * (tokens * 2 * (2 * layer_forward - rope) + 10 * 49152) + 6.5 * logits + 10 * table + embedding_grad) / 1e9,

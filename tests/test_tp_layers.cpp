@@ -405,15 +405,80 @@ TEST(StepCastCache, KeepsOneBf16CopyOfAWeightForTheStep) {
     const StepCastCache step(true);
     const at::Tensor first = cast(), second = cast();
     EXPECT_EQ(first.scalar_type(), at::kBFloat16);
-    EXPECT_TRUE(first.is_same(second)) << "the second micro-batch cast the weight again";
+    // Each forward gets its own view of the one copy (its own node: see the next test).
+    EXPECT_EQ(first.data_ptr(), second.data_ptr()) << "the second micro-batch cast the weight again";
   }
   {
     at::NoGradGuard no_grad;
     w.mul_(2);  // the optimizer's step
   }
   EXPECT_EQ(cast().max().item<float>(), 2.0f) << "a stale copy survived the step";
-  EXPECT_FALSE(cast().is_same(cast())) << "without a step cache each forward casts anew";
+  EXPECT_NE(cast().data_ptr(), cast().data_ptr()) << "without a step cache each forward casts anew";
   EXPECT_TRUE(compute_weight(w, x).is_same(w)) << "outside autocast the weight itself";
+}
+
+// A later micro-batch's weight gradient reaches .grad as soon as its GEMM's
+// backward makes it, not at the end of the backward: in the second
+// micro-batch of two linears, the second layer's gradient is in .grad by the
+// time the first layer's input gradient is made. (A copy's node made in the
+// first micro-batch and reused ran last, holding every weight's gradient.)
+TEST(StepCastCache, ALaterMicroBatchsWeightGradientIsAddedAtOnce) {
+  const at::Tensor w1 = data("w1", {5, 5}).set_requires_grad(true), w2 = data("w2", {5, 5}).set_requires_grad(true);
+  const StepCastCache step(true);
+  at::Tensor w2_grad_when_x_got_its;
+  for (int m = 0; m < 2; ++m) {
+    const at::Tensor x = data("x" + std::to_string(m), {3, 5}).set_requires_grad(true);
+    if (m == 1) x.register_hook([&](const at::Tensor&) { w2_grad_when_x_got_its = w2.grad().clone(); });
+    at::Tensor y;
+    {
+      const AutocastScope autocast(true);
+      // One statement each: a layer takes its copy just before its GEMM, as the model's do.
+      const at::Tensor h = at::linear(x, compute_weight(w1, x));
+      y = at::linear(h, compute_weight(w2, h));
+    }
+    y.to(at::kFloat).sum().backward();
+  }
+  ASSERT_TRUE(w2_grad_when_x_got_its.defined());
+  EXPECT_TRUE(at::equal(w2_grad_when_x_got_its, w2.grad())) << "the second micro-batch's gradient came late";
+}
+
+// q/k/v-style projections on one input: under bf16 autocast one GEMM on the
+// step's concatenated copy, in fp32 separate GEMMs; either way each weight's
+// gradient and the input's match the projections run one by one (autocast's
+// own casts in bf16), over two micro-batches.
+TEST(StepCastCache, FusedProjectionsMatchSeparateOnes) {
+  const at::Tensor a0 = data("a", {6, 5}), b0 = data("b", {2, 5});
+  for (const bool bf16 : {false, true}) {
+    auto run = [&](bool fused) {
+      at::Tensor a = leaf(a0), b = leaf(b0);
+      std::vector<at::Tensor> input_grads;
+      const StepCastCache step(bf16);
+      for (int m = 0; m < 2; ++m) {
+        const at::Tensor x = data("x" + std::to_string(m), {4, 5}).set_requires_grad(true);
+        std::vector<at::Tensor> y;
+        {
+          const AutocastScope autocast(bf16);
+          const at::Tensor w = fused_compute_weight({a, b}, x);
+          EXPECT_EQ(w.defined(), bf16) << "a concatenated copy in bf16 only";
+          if (fused && w.defined()) {
+            y = at::linear(x, w).split_with_sizes({6, 2}, -1);
+          } else {
+            y = {at::linear(x, a), at::linear(x, b)};
+          }
+        }
+        (y[0].to(at::kFloat).square().sum() + y[1].to(at::kFloat).sum()).backward();
+        input_grads.push_back(x.grad());
+      }
+      return std::make_tuple(a.grad(), b.grad(), input_grads);
+    };
+    const auto [a_ref, b_ref, x_ref] = run(false);
+    const auto [a_grad, b_grad, x_grad] = run(true);
+    const double tol = bf16 ? 1e-2 : 1e-6;  // bf16: the fused GEMM may round its sums in another order
+    EXPECT_TRUE(at::allclose(a_grad, a_ref, tol, tol)) << "bf16 " << bf16;
+    EXPECT_TRUE(at::allclose(b_grad, b_ref, tol, tol)) << "bf16 " << bf16;
+    for (size_t m = 0; m < x_ref.size(); ++m) EXPECT_TRUE(at::allclose(x_grad[m], x_ref[m], tol, tol)) << "bf16 " << bf16;
+    EXPECT_EQ(a_grad.scalar_type(), at::kFloat);
+  }
 }
 
 // The gradients through compute_weight's copies are autocast's own to the bit:

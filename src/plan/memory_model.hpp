@@ -1,7 +1,8 @@
 // The step-time model's memory half: each rank's peak memory for a run, by
 // what holds it. Weights, gradients and AdamW moments are fp32 (16 bytes a
 // trainable parameter, 4 a frozen one) on every device and precision (the
-// trainer's mixed precision keeps fp32 weights); activations saved for the
+// trainer's mixed precision keeps fp32 weights), and in bf16 the step's bf16
+// copies of the trainable weights the matmuls read (2 bytes); activations saved for the
 // backward take `element_bytes` each (4 in fp32, 2 in bf16), times the
 // micro-batches the schedule holds in flight on that rank; the logits and
 // the loss's copies of them are fp32; the reserved part is the runtime's own
@@ -21,7 +22,7 @@ namespace hetpar {
 struct RankMemory {
   std::string what;  // "llm stage 1", "encoder stage 0 + llm stage 0", ...
   int ranks = 0;     // ranks holding this much
-  double state = 0;        // weights, gradients, optimizer moments
+  double state = 0;        // weights, gradients, optimizer moments; in bf16 the step's weight copies
   double activations = 0;  // saved for the backward, every micro-batch in flight
   double transient = 0;    // the logits and their gradient (last LLM stage)
   double reserved = 0;     // the runtime's own

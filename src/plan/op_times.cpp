@@ -51,17 +51,17 @@ int members_per_node(const Profile& p, int first, int stride, int size) {
   return members;
 }
 
-// Bytes a micro-batch moves over the weights, at the add bandwidth: `fused`
-// of `weights` values concatenated forward (read and written, in the
-// precision the matmuls use), and every gradient added into the fp32 .grad
-// backward. In fp32 that add reads two values and writes one; with a bf16
-// profile (tp/weight_cast.hpp) each weight is cast to bf16 once a step
-// (`cast_share` of it falls on a micro-batch) and its bf16 gradient is added
-// straight into the fp32 .grad (a bf16 and an fp32 value read, one written).
-Cost weight_traffic(const Profile& p, double fused, double weights, double cast_share) {
+// Bytes a micro-batch moves over the weights, at the add bandwidth: every
+// gradient added into the fp32 .grad backward. In fp32 that add reads two
+// values and writes one; with a bf16 profile (tp/weight_cast.hpp) each weight
+// is cast to bf16 once a step (`cast_share` of it falls on a micro-batch) and
+// its bf16 gradient is added straight into the fp32 .grad (a bf16 and an fp32
+// value read, one written). No micro-batch copies weights otherwise: the
+// fused projections read the step's concatenated copy.
+Cost weight_traffic(const Profile& p, double weights, double cast_share) {
   const double e = p.element_bytes();
   const double cast = e < kFp32 ? cast_share * (kFp32 + e) * weights : 0;
-  return {p.memory_seconds("add", 2 * e * fused + cast), p.memory_seconds("add", (2 * kFp32 + e) * weights)};
+  return {p.memory_seconds("add", cast), p.memory_seconds("add", (2 * kFp32 + e) * weights)};
 }
 
 struct LayerShape {
@@ -79,9 +79,22 @@ struct LayerShape {
 RankCost layer_cost(const Profile& p, const LayerShape& l) {
   RankCost c;
   const double q = l.heads * l.head_dim / l.tp, kv = l.kv_heads * l.head_dim / l.tp;
-  c.compute += matmul(p, l.tokens, q + 2 * kv, l.hidden);
+  // Projections that share an input (q, k, v; gate, up): in bf16 one GEMM on
+  // the step's concatenated copy of their weights; in fp32 separate GEMMs on
+  // the weights themselves, whose input gradients the backward sums (read
+  // two values, write one, each). tp/parallel_linear.hpp.
+  const bool fused = p.element_bytes() < kFp32;
+  if (fused) {
+    c.compute += matmul(p, l.tokens, q + 2 * kv, l.hidden);
+    c.compute += matmul(p, l.tokens, (l.gated ? 2 : 1) * l.mlp / l.tp, l.hidden);
+  } else {
+    c.compute += matmul(p, l.tokens, q, l.hidden);
+    c.compute += matmul(p, l.tokens, kv, l.hidden) * 2;
+    c.compute += matmul(p, l.tokens, l.mlp / l.tp, l.hidden) * (l.gated ? 2 : 1);
+    const double input_gradient_sums = l.gated ? 3 : 2;
+    c.compute += Cost{0, input_gradient_sums * memory(p, "add", l.tokens * l.hidden, 3).forward};
+  }
   c.compute += matmul(p, l.tokens, l.hidden, q);
-  c.compute += matmul(p, l.tokens, l.mlp / l.tp, l.hidden) * (l.gated ? 2 : 1);
   c.compute += matmul(p, l.tokens, l.hidden, l.mlp / l.tp);
   const double pairs = l.sequences * l.heads / l.tp;
   const bool grouped = l.kv_heads != l.heads;
@@ -103,12 +116,10 @@ RankCost layer_cost(const Profile& p, const LayerShape& l) {
     const double copy = memory(p, "add", l.tokens * l.hidden, 2).forward;
     c.compute += Cost{2 * copy, 2 * copy};
   }
-  // The weights, every micro-batch: the fused projections' weights
-  // concatenated (q, k and v; gate and up), each gradient added into the fp32
-  // .grad; in bf16 the casts (see weight_traffic).
-  const double fused = l.hidden * (q + 2 * kv) + (l.gated ? 2 * l.hidden * l.mlp / l.tp : 0);
+  // The weights, every micro-batch: each gradient added into the fp32 .grad;
+  // in bf16 the casts (see weight_traffic).
   const double weights = l.hidden * (2 * q + 2 * kv) + l.hidden * l.mlp / l.tp * (l.gated ? 3 : 2);
-  c.compute += weight_traffic(p, fused, weights, l.cast_share);
+  c.compute += weight_traffic(p, weights, l.cast_share);
   // TP: the attention and MLP outputs all-reduced forward, their input gradients backward.
   const double e = p.element_bytes();
   const double tp = 2 * p.collective_seconds("all_reduce", l.tp, e * l.tokens * l.hidden, l.tp_spans);
@@ -232,7 +243,7 @@ OpEstimate estimate_ops(const RunConfig& c, const Profile& p) {
       const double loss_forward = (pl.llm.tp > 1 ? 8 : 4) + cast, loss_backward = (pl.llm.tp > 1 ? 4 : 5) + cast;
       stage.compute += Cost{p.memory_seconds("add", loss_forward * kFp32 * logits),
                             p.memory_seconds("add", loss_backward * kFp32 * logits)};
-      stage.compute += weight_traffic(p, 0, double(llm.vocab_size) / pl.llm.tp * double(llm.hidden), 1 / micro_batches);
+      stage.compute += weight_traffic(p, double(llm.vocab_size) / pl.llm.tp * double(llm.hidden), 1 / micro_batches);
       stage.comm += Cost{3 * p.collective_seconds("all_reduce", pl.llm.tp, kFp32 * tokens, llm_layer.tp_spans), 0};
     }
     t.llm_forward.push_back(stage.forward());

@@ -34,16 +34,24 @@ std::vector<at::Tensor> fused_column_parallel(const at::Tensor& x, const std::ve
   std::vector<at::Tensor> weights, biases;
   std::vector<int64_t> widths;
   for (const ColumnParallelLinear* l : layers) {
-    weights.push_back(compute_weight(l->weight, x));
+    weights.push_back(l->weight);
     widths.push_back(l->weight.size(0));
-    if (l->bias.defined()) biases.push_back(compute_weight(l->bias, x));
+    if (l->bias.defined()) biases.push_back(l->bias);
   }
   if (!biases.empty() && biases.size() != layers.size()) {
     throw std::logic_error("fused_column_parallel: all layers need a bias, or none");
   }
-  const at::Tensor y = at::linear(identity_fwd_allreduce_bwd(x, tp), at::cat(weights),
-                                  biases.empty() ? at::Tensor() : at::cat(biases));
-  return y.split_with_sizes(widths, -1);
+  // One input for every projection: autograd sums their gradients into it, then one all-reduce.
+  const at::Tensor input = identity_fwd_allreduce_bwd(x, tp);
+  if (const at::Tensor fused = fused_compute_weight(weights, x); fused.defined()) {
+    const at::Tensor bias = biases.empty() ? at::Tensor() : fused_compute_weight(biases, x);
+    return at::linear(input, fused, bias).split_with_sizes(widths, -1);
+  }
+  std::vector<at::Tensor> outputs;
+  for (const ColumnParallelLinear* l : layers) {
+    outputs.push_back(at::linear(input, compute_weight(l->weight, x), compute_weight(l->bias, x)));
+  }
+  return outputs;
 }
 
 RowParallelLinear::RowParallelLinear(const LinearSpec& spec, Group& tp, bool input_is_sharded)

@@ -50,10 +50,12 @@ class RowParallelLinear : public torch::nn::Module {
   bool input_is_sharded_;
 };
 
-// Column-parallel layers that read the same input (q/k/v, gate/up) as one
-// GEMM: their shards' weights and biases concatenated, the input's gradient
-// all-reduced once instead of once per layer. Returns each layer's output,
-// in order (views of one result). The layers keep their own parameters, so
+// Column-parallel layers that read the same input (q/k/v, gate/up), the
+// input's gradient all-reduced once instead of once per layer. Under bf16
+// autocast they run as one GEMM on the step's concatenated bf16 copy of their
+// weights (tp/weight_cast.hpp); in fp32 as separate GEMMs on the fp32 weights
+// themselves (a concatenation would copy them every forward). Returns each
+// layer's output, in order. The layers keep their own parameters, so
 // initialisation, checkpoints and sharding do not change.
 std::vector<at::Tensor> fused_column_parallel(const at::Tensor& x, const std::vector<const ColumnParallelLinear*>& layers,
                                               Group& tp);

@@ -4,7 +4,8 @@
 #include <ATen/autocast_mode.h>
 #include <torch/autograd.h>
 
-#include <unordered_map>
+#include <algorithm>
+#include <map>
 
 namespace hetpar {
 namespace {
@@ -12,48 +13,95 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::tensor_list;
 
-// Forward: the weight cast to the compute precision. Backward: the gradient
-// added into the weight's own .grad here, in place and in fp32, and none
-// returned, so autograd neither casts it nor accumulates it a second time.
-struct CastForCompute : torch::autograd::Function<CastForCompute> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& weight, at::ScalarType dtype) {
-    ctx->saved_data["weight"] = weight;
-    return weight.to(dtype);
+// Forward: `copy`, the weights' compute-precision copy (concatenated along
+// dim 0 when there are several). Backward: each weight's rows of the gradient
+// added into its own .grad here, in place and in fp32, and none returned, so
+// autograd neither casts them nor accumulates them a second time.
+struct UseComputeCopy : torch::autograd::Function<UseComputeCopy> {
+  static at::Tensor forward(AutogradContext* ctx, at::TensorList weights, const at::Tensor& copy) {
+    ctx->saved_data["weights"] = weights.vec();
+    return copy;  // an input returned: autograd hands out a view of it
   }
 
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
-    at::Tensor weight = ctx->saved_data["weight"].toTensor();
-    at::Tensor& grad = weight.mutable_grad();
-    if (grad.defined()) {
-      grad.add_(grads[0]);
-    } else {
-      grad = grads[0].to(weight.scalar_type(), /*non_blocking=*/false, /*copy=*/true, at::MemoryFormat::Contiguous);
+    std::vector<at::Tensor> weights = ctx->saved_data["weights"].toTensorVector();
+    int64_t row = 0;
+    for (at::Tensor& weight : weights) {
+      const int64_t rows = weight.dim() == 0 ? 1 : weight.size(0);
+      const at::Tensor part = weights.size() == 1 ? grads[0] : grads[0].narrow(0, row, rows);
+      row += rows;
+      if (!weight.requires_grad()) continue;
+      at::Tensor& grad = weight.mutable_grad();
+      if (grad.defined()) {
+        grad.add_(part);
+      } else {
+        grad = part.to(weight.scalar_type(), /*non_blocking=*/false, /*copy=*/true, at::MemoryFormat::Contiguous);
+      }
     }
-    return {at::Tensor(), at::Tensor()};
+    return tensor_list(weights.size() + 1);
   }
 };
 
+// The weights cast to `dtype` and concatenated along dim 0, in one pass.
+at::Tensor cast_copy(const std::vector<at::Tensor>& weights, at::ScalarType dtype) {
+  const at::NoGradGuard no_grad;
+  if (weights.size() == 1) return weights[0].to(dtype);
+  std::vector<int64_t> shape = weights[0].sizes().vec();
+  shape[0] = 0;
+  for (const at::Tensor& w : weights) shape[0] += w.size(0);
+  at::Tensor copy = at::empty(shape, weights[0].options().dtype(dtype));
+  int64_t row = 0;
+  for (const at::Tensor& w : weights) {
+    copy.narrow(0, row, w.size(0)).copy_(w);
+    row += w.size(0);
+  }
+  return copy;
+}
+
 // This thread's open step (forwards run on the thread that opened it) and the
-// copies made in it, by weight.
+// copies made in it, by the weights they hold.
 struct StepCasts {
   int open = 0;
-  std::unordered_map<const c10::TensorImpl*, at::Tensor> copies;
+  std::map<std::vector<const c10::TensorImpl*>, at::Tensor> copies;
 };
 thread_local StepCasts step_casts;
+
+bool autocasts(const at::Tensor& weight, const at::Tensor& input) {
+  return weight.defined() && weight.scalar_type() == at::kFloat &&
+         at::autocast::is_autocast_enabled(input.device().type());
+}
+
+// The compute copy of `weights` (all autocast ones), through this micro-batch's own node when any trains.
+at::Tensor compute_copy(const std::vector<at::Tensor>& weights, const at::Tensor& input) {
+  const at::ScalarType dtype = at::autocast::get_lower_precision_fp_from_device_type(input.device().type());
+  const bool trains = std::any_of(weights.begin(), weights.end(), [](const at::Tensor& w) { return w.requires_grad(); });
+  if (!trains) return cast_copy(weights, dtype);  // a frozen weight: no copy kept, as autocast does
+  at::Tensor copy;
+  if (step_casts.open > 0) {
+    std::vector<const c10::TensorImpl*> key;
+    for (const at::Tensor& w : weights) key.push_back(w.unsafeGetTensorImpl());
+    at::Tensor& cached = step_casts.copies[key];
+    if (!cached.defined()) cached = cast_copy(weights, dtype);
+    copy = cached;
+  } else {
+    copy = cast_copy(weights, dtype);
+  }
+  return UseComputeCopy::apply(at::TensorList(weights), copy);
+}
 
 }  // namespace
 
 at::Tensor compute_weight(const at::Tensor& weight, const at::Tensor& input) {
-  const c10::DeviceType device = input.device().type();
-  if (!weight.defined() || !at::autocast::is_autocast_enabled(device) || weight.scalar_type() != at::kFloat) {
-    return weight;
+  if (!autocasts(weight, input)) return weight;
+  return compute_copy({weight}, input);
+}
+
+at::Tensor fused_compute_weight(const std::vector<at::Tensor>& weights, const at::Tensor& input) {
+  if (weights.empty() || !std::all_of(weights.begin(), weights.end(),
+                                      [&](const at::Tensor& w) { return autocasts(w, input); })) {
+    return at::Tensor();
   }
-  const at::ScalarType dtype = at::autocast::get_lower_precision_fp_from_device_type(device);
-  if (!weight.requires_grad()) return at::autocast::cached_cast(dtype, weight, device);
-  if (step_casts.open == 0) return CastForCompute::apply(weight, dtype);
-  at::Tensor& copy = step_casts.copies[weight.unsafeGetTensorImpl()];
-  if (!copy.defined()) copy = CastForCompute::apply(weight, dtype);
-  return copy;
+  return compute_copy(weights, input);
 }
 
 StepCastCache::StepCastCache(bool enabled) : enabled_(enabled) {

@@ -8,20 +8,40 @@
 // step, and the gradient is one in-place fp32 += bf16 pass (10 bytes; the
 // first micro-batch's is a cast, 6). The values are the same to the bit: the
 // gradient is the same bf16 value added in fp32 either way.
+//
+// Projections that share an input (q, k, v; gate, up) run as one GEMM on one
+// copy of their weights, concatenated as they are cast: no micro-batch
+// concatenates them again (a copy each forward, saved until its backward: at
+// two or more micro-batches a step the whole model's worth was alive at once
+// when the last backward began).
+//
+// Each micro-batch's forward hands out the step's copy through a node of its
+// own, so the gradient is added into .grad as soon as the GEMM's backward has
+// it. (One node made in the first micro-batch and reused is older than every
+// node of the later micro-batches; the engine runs the newest ready node
+// first, so its backward waited until the end of theirs, holding every
+// weight's bf16 gradient: 2 bytes a weight at the peak.)
 #pragma once
 
 #include <ATen/core/Tensor.h>
+
+#include <vector>
 
 namespace hetpar {
 
 // What a matmul on `input` should read for `weight` (or a bias): under bf16
 // autocast on the input's device, the weight's bf16 copy (this step's, while a
 // StepCastCache is open; a fresh one otherwise); a weight that needs no
-// gradient goes through autocast's own cast. Outside autocast, the weight.
+// gradient is cast afresh each call. Outside autocast, the weight.
 at::Tensor compute_weight(const at::Tensor& weight, const at::Tensor& input);
 
-// Open for a step's micro-batches: compute_weight's bf16 copies live until it
-// closes, before the optimizer changes the weights in place, so no stale copy
+// The same for `weights` concatenated along their first dimension, for one
+// GEMM; undefined outside autocast, where the matmuls read the fp32 weights
+// themselves and a concatenation would be a copy (they run as separate GEMMs).
+at::Tensor fused_compute_weight(const std::vector<at::Tensor>& weights, const at::Tensor& input);
+
+// Open for a step's micro-batches: the bf16 copies live until it closes,
+// before the optimizer changes the weights in place, so no stale copy
 // survives a step. Autocast itself stays off between the forwards (a backward
 // must not run under it). Autocast's own cache is not kept: it only ever
 // holds casts of leaves that need a gradient, and those all come here.
