@@ -43,13 +43,20 @@ while (($#)); do
   esac
 done
 
+# Only into a folder gpu-check made (its marker) or an empty or absent one:
+# never over a user's files.
+if [[ -e "$OUT" && ! -f "$OUT/.hetpar-gpu-check" && -n "$(ls -A "$OUT" 2>/dev/null)" ]]; then
+  echo "gpu-check: --out $OUT is not empty and was not made by gpu-check (no .hetpar-gpu-check marker); choose another --out" >&2
+  exit 2
+fi
+
 # No device node and no nvidia-smi answer: nothing to check, said at once.
 if ! compgen -G "/dev/nvidia[0-9]*" >/dev/null && ! nvidia-smi -L >/dev/null 2>&1; then
   echo "gpu-check: no CUDA device visible" >&2
   exit 3
 fi
 
-mkdir -p "$OUT" || exit 2
+mkdir -p "$OUT" && touch "$OUT/.hetpar-gpu-check" || exit 2
 OUT="$(cd "$OUT" && pwd)"
 STAGES="$OUT/stages.tsv"
 : >"$STAGES"

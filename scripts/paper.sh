@@ -17,7 +17,14 @@ llms=(llama3_8b llama3_70b)
 encoders=(vit_l14_336 siglip_so400m vit_6b_h32)
 sizes=(8 16 32 64 128 256 512 1024)
 
+# Only into a folder paper.sh made (its marker) or an empty or absent one:
+# never over a user's files.
+if [[ -e "$out" && ! -f "$out/.hetpar-paper" && -n "$(ls -A "$out" 2>/dev/null)" ]]; then
+  echo "paper: $out is not empty and was not made by scripts/paper.sh (no .hetpar-paper marker); choose another folder (make paper PAPER=...)" >&2
+  exit 2
+fi
 mkdir -p "$out/runs" "$out/plans"
+touch "$out/.hetpar-paper"
 plans=()
 for llm in "${llms[@]}"; do
   for encoder in "${encoders[@]}"; do
