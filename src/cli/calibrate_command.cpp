@@ -21,6 +21,7 @@
 #include "util/durable_file.hpp"
 #include "util/exit_codes.hpp"
 #include "util/log.hpp"
+#include "util/output_dir.hpp"
 
 namespace hetpar {
 namespace {
@@ -119,10 +120,8 @@ void check_out_path(const std::string& out_arg) {
   // An existing file is replaced only when it is an earlier profile.
   std::error_code ec;
   if (std::filesystem::exists(std::filesystem::symlink_status(out, ec))) {
-    std::ifstream in(out);
-    const nlohmann::json earlier = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-    if (!std::filesystem::is_regular_file(std::filesystem::symlink_status(out, ec)) || earlier.is_discarded() ||
-        !earlier.is_object() || earlier.value("format", "") != "hetpar-profile/1") {
+    if (!std::filesystem::is_regular_file(std::filesystem::symlink_status(out, ec)) ||
+        json_format(out.string()) != "hetpar-profile/1") {
       die(kExitConfigError, "--out " + out_arg + ": exists and is not a hetpar profile (format hetpar-profile/1), "
                             "so calibrate will not replace it; choose another --out");
     }

@@ -3,9 +3,6 @@
 #include <fmt/format.h>
 
 #include <filesystem>
-#include <fstream>
-
-#include <nlohmann/json.hpp>
 
 #include "config/config_error.hpp"
 #include "plan/plan_report.hpp"
@@ -21,13 +18,7 @@ namespace {
 
 // A plan directory from before plans were marked: its plan.json says it is one.
 bool earlier_unmarked_plan(const std::string& dir) {
-  std::ifstream in(std::filesystem::path(dir) / "plan.json");
-  if (!in) return false;
-  try {
-    return nlohmann::json::parse(in).value("format", "") == "hetpar-plan/1";
-  } catch (const std::exception&) {
-    return false;
-  }
+  return json_format((std::filesystem::path(dir) / "plan.json").string()) == "hetpar-plan/1";
 }
 
 }  // namespace

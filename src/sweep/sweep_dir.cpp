@@ -23,8 +23,7 @@ SweepDir::SweepDir(const std::string& dir, bool fresh) : dir_(dir) {
   if (exists && !fs::is_directory(dir, ec)) {
     throw SweepDirError(dir + " exists and is not a directory; choose another --out");
   }
-  // A link is not a marker: it could lend a user's directory hetpar's ownership.
-  if (exists && !fs::is_regular_file(fs::symlink_status(marker, ec)) && !is_empty_dir(dir)) {
+  if (exists && !is_marker_file(marker.string()) && !is_empty_dir(dir)) {
     throw SweepDirError(dir + " exists, is not empty and was not made by hetpar sweep (it has no " +
                         std::string(kSweepMarker) + " marker); hetpar will not write into it" +
                         (fresh ? " or empty it" : "") + ": choose another --out, or remove it yourself");

@@ -27,9 +27,8 @@ struct UseComputeCopy : torch::autograd::Function<UseComputeCopy> {
     std::vector<at::Tensor> weights = ctx->saved_data["weights"].toTensorVector();
     int64_t row = 0;
     for (at::Tensor& weight : weights) {
-      const int64_t rows = weight.dim() == 0 ? 1 : weight.size(0);
-      const at::Tensor part = weights.size() == 1 ? grads[0] : grads[0].narrow(0, row, rows);
-      row += rows;
+      const at::Tensor part = grads[0].narrow(0, row, weight.size(0));
+      row += weight.size(0);
       if (!weight.requires_grad()) continue;
       at::Tensor& grad = weight.mutable_grad();
       if (grad.defined()) {

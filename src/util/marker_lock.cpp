@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <utility>
 
@@ -23,6 +24,11 @@ std::string holder_pid(const std::string& marker) {
 }
 
 }  // namespace
+
+bool is_marker_file(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(std::filesystem::symlink_status(path, ec));
+}
 
 MarkerLock::MarkerLock(const std::string& path, const std::string& owner) {
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);  // a link is never a marker

@@ -9,6 +9,10 @@
 
 namespace hetpar {
 
+// Whether `path` is a marker: a plain file, not a link (a link could lend a
+// user's directory hetpar's ownership).
+bool is_marker_file(const std::string& path);
+
 // Another live process holds the marker.
 class MarkerBusy : public std::runtime_error {
  public:

@@ -2,8 +2,12 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
 
 #include "util/durable_file.hpp"
+#include "util/marker_lock.hpp"
 
 namespace hetpar {
 namespace {
@@ -35,8 +39,7 @@ const OutputKind& plan_outputs() {
 }
 
 bool is_marked(const std::string& dir, const OutputKind& kind) {
-  std::error_code ec;
-  return fs::is_regular_file(fs::symlink_status(fs::path(dir) / kind.marker, ec));
+  return is_marker_file((fs::path(dir) / kind.marker).string());
 }
 
 std::vector<std::string> existing_outputs(const std::string& dir, const OutputKind& kind) {
@@ -63,6 +66,14 @@ std::string output_dir_problem(const std::string& dir, const OutputKind& kind) {
   return dir + " holds " + found.front() + ", which " + kind.writer + " would replace, and " + kind.writer +
          " did not write it (the directory has no " + kind.marker + " marker); choose another path, or move " +
          "it away yourself";
+}
+
+std::string json_format(const std::string& path) {
+  std::ifstream in(path);
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return "";  // unreadable, not JSON, or not an object
+  const auto format = j.find("format");
+  return format != j.end() && format->is_string() ? format->get<std::string>() : "";
 }
 
 void mark_output_dir(const std::string& dir, const OutputKind& kind) {

@@ -34,6 +34,11 @@ std::vector<std::string> existing_outputs(const std::string& dir, const OutputKi
 // message that ends in what to do instead).
 std::string output_dir_problem(const std::string& dir, const OutputKind& kind);
 
+// The "format" a hetpar JSON file at `path` declares ("hetpar-plan/1", ...),
+// or "" when it is no readable JSON object with one (an earlier output of
+// hetpar's is recognised by it).
+std::string json_format(const std::string& path);
+
 // Creates `dir` if needed, checks it takes a file and writes the marker;
 // throws FileError. Call only where output_dir_problem said "".
 void mark_output_dir(const std::string& dir, const OutputKind& kind);
