@@ -101,9 +101,13 @@ def main(out):
             continue
         error = given["step_seconds"] / s["step_seconds_median"] - 1
         figure = f"predicted {given['step_seconds']:.3f} s/step ({100 * error:+.1f} %)"
-        if s.get("peak_memory_mib"):
-            memory_error = given["peak_memory_bytes"] / 2**20 / s["peak_memory_mib"] - 1
-            figure += f", peak memory {given['peak_memory_bytes'] / 2**30:.1f} GiB ({100 * memory_error:+.1f} %)"
+        # The allocator counts tensors alone: the model's fullest rank less its reserved part (the CUDA context).
+        measured_tensors = s.get("peak_tensor_mib") or s.get("peak_memory_mib")
+        if measured_tensors:
+            reserved = given.get("fullest_rank_bytes", {}).get("reserved", 0)
+            tensors = (given["peak_memory_bytes"] - reserved) / 2**20
+            memory_error = tensors / measured_tensors - 1
+            figure += f", tensor memory {tensors / 1024:.1f} GiB ({100 * memory_error:+.1f} %)"
         check(name, abs(error) <= 0.15, figure, "step time within 15 %")
 
     if "multi_gpu" in stages:

@@ -35,10 +35,19 @@ TEST(MemoryModel, TensorParallelismSplitsTheStateAndBf16HalvesActivationsAndCopi
   // Over TP the vocab-parallel loss holds 4 copies of half the vocabulary.
   EXPECT_DOUBLE_EQ(tp2.transient, 4.0 * 4 * 128 * 512 / 2);
   const RankMemory bf16 = rank_memory(tiny({}), MemoryAssumptions{2, 0})[0];
-  EXPECT_DOUBLE_EQ(bf16.activations, one.activations / 2);
+  // bf16 halves every saved activation but the norms' inputs: the residual
+  // stream stays fp32 (two a layer, of the module's hidden size).
+  const RunConfig c = tiny({});
+  const double tokens = double(c.data.micro_batch_size * c.llm.seq_len);
+  const double patches = double(c.data.micro_batch_size * c.data.images_max * c.encoder.patches_per_image());
+  const double residual = 4.0 * 2 * (tokens * double(c.llm.layers * c.llm.hidden) +
+                                     patches * double(c.encoder.layers * c.encoder.hidden));
+  EXPECT_DOUBLE_EQ(bf16.activations, (one.activations - residual) / 2 + residual);
+  // Over TP in bf16 the loss also holds the head's bf16 logits beside its fp32 copy.
+  const RankMemory tp2_bf16 = rank_memory(tiny({"layout.llm.tp=2"}), MemoryAssumptions{2, 0})[0];
+  EXPECT_DOUBLE_EQ(tp2_bf16.transient, 4.5 * 4 * 128 * 512 / 2);
   // fp32 weights, gradients, moments on every precision; in bf16 also the
   // step's 2-byte copies of every trainable weight but the embedding table.
-  const RunConfig c = tiny({});
   const double parameters = double(llm_parameters(c.llm) + encoder_parameters(c.encoder) +
                                    projector_parameters(c.encoder, c.llm));
   const double embedding_table = double(c.llm.vocab_size * c.llm.hidden);

@@ -108,6 +108,17 @@ HETPAR_WORKER(multimodal_model) {
           count(*ref.projector), projector_parameters(e, l));
   require(count(*ref.llm) == llm_parameters(l), "llm has {} parameters, the count says {}", count(*ref.llm),
           llm_parameters(l));
+  // A shard is a tensor of its own: a view into the full weight would keep
+  // every rank holding all of it (as dim-0 cuts once did).
+  for (torch::nn::Module* m : {static_cast<torch::nn::Module*>(par.encoder.get()),
+                               static_cast<torch::nn::Module*>(par.projector.get()),
+                               static_cast<torch::nn::Module*>(par.llm.get())}) {
+    for (const auto& p : m->named_parameters()) {
+      const size_t own = static_cast<size_t>(p.value().numel() * p.value().element_size());
+      require(p.value().storage().nbytes() == own, "{}: its storage holds {} bytes, the shard {}", p.key(),
+              p.value().storage().nbytes(), own);
+    }
+  }
   const Result got = step(par, batch), want = step(ref, batch);
   require(want.loss.item<double>() > 1.0, "reference loss {} looks degenerate", want.loss.item<double>());
   expect_close(got.loss, want.loss, "loss");

@@ -271,6 +271,11 @@ TEST(Sweep, PredictionsSitBesideTheMeasurement) {
     EXPECT_GT(r["predicted_peak_memory_mib"].get<double>(), 0) << line;
     EXPECT_DOUBLE_EQ(r["memory_prediction_error"].get<double>(),
                      r["predicted_peak_memory_mib"].get<double>() / r["peak_memory_mib"].get<double>() - 1);
+    // And without the runtime's part beside the measured tensor peak.
+    EXPECT_GT(r["peak_tensor_mib"].get<double>(), 0) << line;
+    EXPECT_LT(r["predicted_tensor_mib"].get<double>(), r["predicted_peak_memory_mib"].get<double>()) << line;
+    EXPECT_DOUBLE_EQ(r["tensor_prediction_error"].get<double>(),
+                     r["predicted_tensor_mib"].get<double>() / r["peak_tensor_mib"].get<double>() - 1);
     ++predicted;
   }
   EXPECT_EQ(predicted, 3);  // two points and their baseline
@@ -280,6 +285,7 @@ TEST(Sweep, PredictionsSitBesideTheMeasurement) {
   EXPECT_NE(text.find("## Predicted step time"), std::string::npos) << text;
   EXPECT_NE(text.find("median |error|"), std::string::npos) << text;
   EXPECT_NE(text.find("Peak memory"), std::string::npos) << text;
+  EXPECT_NE(text.find("Tensor memory"), std::string::npos) << text;
 
   const std::string never = fresh_dir("sweep_bad_profile");
   std::tie(code, output) = run_command(std::string(HETPAR_BINARY) + " sweep " + kSweeps + "/two_points.toml --out " +

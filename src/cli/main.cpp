@@ -11,6 +11,7 @@
 #include "cli/sweep_command.hpp"
 #include "cli/train_command.hpp"
 #include "config/config_error.hpp"
+#include "metrics/cpu_tensor_memory.hpp"
 #include "util/build_info.hpp"
 #include "util/log.hpp"
 
@@ -19,6 +20,9 @@ int main(int argc, char** argv) {
   // (naming the file), not kill the process with SIGXFSZ.
   std::signal(SIGXFSZ, SIG_IGN);
   hetpar::quiet_torch_logging();
+  // Before the first tensor, so every CPU tensor's storage counts toward the
+  // steps' tensor peak (the CPU's counterpart of a GPU allocator's).
+  hetpar::install_cpu_tensor_counter();
   CLI::App app{"hetpar: heterogeneous-parallel multimodal LLM trainer and benchmark suite"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string(hetpar::build_version()) + " (commit " + hetpar::build_commit() +

@@ -16,6 +16,7 @@
 #include "dist/backend_factory.hpp"
 #include "dist/group.hpp"
 #include "metrics/compute_peak.hpp"
+#include "metrics/cpu_tensor_memory.hpp"
 #include "util/log.hpp"
 
 namespace hetpar {
@@ -86,12 +87,20 @@ HostSyncCheck::~HostSyncCheck() {
 
 void reset_peak_memory(const at::Device& device) {
   if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+  reset_cpu_tensor_peak();
 }
 
 double peak_memory_bytes(const at::Device& device) {
   if (!device.is_cuda()) return peak_resident_bytes();
-  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
-  return static_cast<double>(stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak);
+  return peak_tensor_bytes(device);
+}
+
+double peak_tensor_bytes(const at::Device& device) {
+  if (device.is_cuda()) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+    return static_cast<double>(stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak);
+  }
+  return cpu_tensor_counter_installed() ? static_cast<double>(cpu_tensor_peak_bytes()) : 0;
 }
 
 double device_bytes_in_use(const at::Device& device) {

@@ -37,6 +37,11 @@ void wait_for_device(const at::Device& device, std::chrono::milliseconds timeout
 // (which cannot be reset: the peak since start).
 void reset_peak_memory(const at::Device& device);
 double peak_memory_bytes(const at::Device& device);
+// Peak bytes of tensor storage since the last reset, on either device: the
+// caching allocator's peak on a GPU, the counting allocator's on the CPU
+// (metrics/cpu_tensor_memory.hpp; 0 when it is not installed). What the
+// memory model predicts, less the runtime's reserved part.
+double peak_tensor_bytes(const at::Device& device);
 
 // While alive on a GPU with HETPAR_CHECK_HOST_SYNCS=1 in the environment,
 // any operation that blocks the host on the device (a read of a value, a

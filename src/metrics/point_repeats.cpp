@@ -64,8 +64,8 @@ void pool_medians(json& out, const std::vector<const json*>& runs) {
 
 // Worst case over the runs: the largest memory, the largest loss difference.
 void pool_extremes(json& out, const std::vector<const json*>& runs) {
-  if (const std::vector<double> v = numbers(runs, "peak_memory_mib"); !v.empty()) {
-    out["peak_memory_mib"] = *std::max_element(v.begin(), v.end());
+  for (const char* field : {"peak_memory_mib", "peak_tensor_mib"}) {
+    if (const std::vector<double> v = numbers(runs, field); !v.empty()) out[field] = *std::max_element(v.begin(), v.end());
   }
   if (const std::vector<double> v = numbers(runs, "loss_max_rel_diff"); !v.empty()) {
     out["loss_max_rel_diff"] = *std::max_element(v.begin(), v.end());

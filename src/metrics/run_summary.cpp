@@ -42,6 +42,9 @@ nlohmann::json summarize_steps(const std::vector<nlohmann::json>& steps, int64_t
   double peak = 0;
   for (const nlohmann::json& s : steps) peak = std::max(peak, s.value("peak_memory_mib", 0.0));
   out["peak_memory_mib"] = peak;
+  double tensor_peak = 0;  // tensor storage alone (dist/device.hpp), what the memory model predicts less the runtime
+  for (const nlohmann::json& s : steps) tensor_peak = std::max(tensor_peak, s.value("peak_tensor_mib", 0.0));
+  if (tensor_peak > 0) out["peak_tensor_mib"] = tensor_peak;
   std::vector<double> by_stage;  // pipelined runs: each stage's peak over the run
   for (const nlohmann::json& s : steps) {
     const auto it = s.find("peak_memory_mib_by_stage");

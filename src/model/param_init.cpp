@@ -35,7 +35,10 @@ at::Tensor shard(const at::Tensor& full, int64_t dim, int index, int parts) {
                                 std::to_string(full.size(dim)) + " into " + std::to_string(parts) + " parts");
   }
   const int64_t len = full.size(dim) / parts;
-  return full.narrow(dim, index * len, len).contiguous();
+  // A copy of its own: a contiguous slice (any cut of dim 0) would otherwise
+  // stay a view keeping the whole tensor alive, so a TP rank held every
+  // column-parallel weight and the vocabulary tables in full.
+  return full.narrow(dim, index * len, len).clone(at::MemoryFormat::Contiguous);
 }
 
 }  // namespace hetpar

@@ -17,22 +17,34 @@ struct Part {
   int64_t in_flight = 0;
 };
 
-// Activations a transformer layer saves for its backward, per token on a rank
-// of tensor-parallel size `tp` (the inputs of column-parallel matmuls are
-// whole, everything between the two matmuls of a block is split): the
-// norms' inputs and outputs, the attention's projections before and after
-// rotation (none in the encoder) and its output, the MLP's hidden activations.
-double llm_values_per_token(const LlmConfig& l, int tp, int cp, bool keeps_probabilities) {
+// Bytes a transformer layer saves for its backward, per token on a rank of
+// tensor-parallel size `tp` (the inputs of column-parallel matmuls are
+// whole, everything between the two matmuls of a block is split), with
+// activations `eb` bytes wide. The residual stream stays fp32 under autocast
+// (the embedding and the weights are fp32, and an add promotes), so the two
+// norms' inputs are 4 bytes whatever the precision; the norms' outputs are
+// saved by the next matmul at its input's width. Measured on one CPU rank
+// with the counting allocator (hidden 512, kv 256, ffn 1536, 4 layers,
+// seq 256; the slope of the step's tensor peak over micro-batch sizes):
+// 47151 B a token and layer in fp32, 29739 in bf16; this gives 47104 and
+// 29696.
+double llm_bytes_per_token(const LlmConfig& l, int tp, int cp, bool keeps_probabilities, double eb) {
   const double h = double(l.hidden), kv = double(l.kv_heads) * double(l.hidden / l.heads), f = double(l.ffn_hidden);
-  const double gathered_kv = 2 * kv * (cp - 1);  // the other CP ranks' keys and values, kept for the backward
-  // An unfused kernel keeps each query's probabilities over every key
-  // (grouped-query heads only: the CPU's fused kernel takes the rest).
+  const double norms = 2 * h * kFp32 + 2 * h * eb;  // inputs (fp32 residual) and outputs
+  // Rotated queries and keys, values and the attention's output (RoPE saves
+  // only its tables: the unrotated projections are not kept); CP adds the
+  // other ranks' gathered keys and values; the MLP's gate, up, activation and product.
+  const double split = 2 * h + 2 * kv + 2 * kv * (cp - 1) + 4 * f;
+  // An unfused kernel keeps each query's probabilities over every key, in
+  // fp32 (grouped-query heads only: the CPU's fused kernel takes the rest).
   const double probabilities = keeps_probabilities && l.kv_heads != l.heads ? double(l.heads) * double(l.seq_len) : 0;
-  return 4 * h + (3 * h + 3 * kv + gathered_kv + 4 * f + probabilities) / tp;
+  return norms + (split * eb + probabilities * kFp32) / tp;
 }
-double encoder_values_per_patch(const EncoderConfig& e, int tp) {
+// The encoder's layer per patch: two layer norms (fp32 inputs, as above),
+// q, k, v and the attention's output, the MLP's hidden and its activation.
+double encoder_bytes_per_patch(const EncoderConfig& e, int tp, double eb) {
   const double h = double(e.hidden), m = double(e.mlp_hidden);
-  return 4 * h + (4 * h + 2 * m) / tp;
+  return 2 * h * kFp32 + 2 * h * eb + (4 * h + 2 * m) * eb / tp;
 }
 
 // The step's compute-precision copies of the weights the matmuls read
@@ -63,7 +75,7 @@ Part llm_part(const RunConfig& c, int s, int64_t in_flight, const MemoryAssumpti
   p.state += step_copy_bytes(a) * read_by_matmuls / lay.tp;
   p.in_flight = in_flight;
   p.activations = double(in_flight) * tokens * double(layers.count) *
-                  llm_values_per_token(l, lay.tp, lay.cp, a.attention_keeps_probabilities) * a.element_bytes;
+                  llm_bytes_per_token(l, lay.tp, lay.cp, a.attention_keeps_probabilities, a.element_bytes);
   // The logits at fp32 width, this rank's vocab shard, in as many copies as
   // the loss holds at its peak (tp/vocab_parallel.cpp). Over TP the
   // vocab-parallel function: the logits and three copies (probabilities kept
@@ -72,7 +84,9 @@ Part llm_part(const RunConfig& c, int s, int64_t in_flight, const MemoryAssumpti
   // the NLL's gradient and its own: three. A one-rank run of tiny.toml with
   // a 32000 vocabulary and 2048 tokens a micro-batch measured one copy less
   // (250 MiB) after the change to the library's function, in fp32 and bf16.
-  const double logits_copies = lay.tp > 1 ? 4 : 3;
+  // In bf16 over TP the function takes an fp32 copy of the bf16 logits the
+  // head made, which are still held: half a copy more.
+  const double logits_copies = lay.tp > 1 ? 4 + (a.element_bytes < kFp32 ? 0.5 : 0) : 3;
   if (last) p.transient = logits_copies * kFp32 * tokens * vocab / lay.tp;
   return p;
 }
@@ -91,18 +105,20 @@ Part encoder_part(const RunConfig& c, int s, int64_t in_flight, double images, c
   const double params = (blocks * double(layers.count) / double(e.layers) + (first ? embedding : 0)) / lay.tp;
   p.state = parameter_state_bytes(params, !e.frozen);
   if (!e.frozen) p.state += step_copy_bytes(a) * params;  // a frozen weight is cast afresh at each use
-  double values = patches * double(layers.count) * encoder_values_per_patch(e, lay.tp);
-  if (first) values += patches * double(e.channels * e.patch_size * e.patch_size);  // the patches themselves
-  if (last) {  // the projector, which always trains: its input, hidden and activation
-    const double llm_hidden = double(c.llm.hidden);
+  const double eb = a.element_bytes;
+  double bytes = patches * double(layers.count) * encoder_bytes_per_patch(e, lay.tp, eb);
+  if (first) bytes += patches * double(e.channels * e.patch_size * e.patch_size) * eb;  // the patches themselves
+  // The projector, which always trains: its input, hidden and activation.
+  const double projector_bytes = double(e.tokens_per_image()) * (h + 2 * double(c.llm.hidden) / lay.tp) * eb;
+  if (last) {
     const double projector = double(projector_parameters(e, c.llm)) / lay.tp;
     p.state += parameter_state_bytes(projector, true) + step_copy_bytes(a) * projector;
-    values += double(e.tokens_per_image()) * (h + 2 * llm_hidden / lay.tp);
+    bytes += projector_bytes;
   }
   // A frozen encoder saves nothing below its projector: no backward runs through it.
-  if (e.frozen) values = last ? double(e.tokens_per_image()) * (h + 2 * double(c.llm.hidden) / lay.tp) : 0;
+  if (e.frozen) bytes = last ? projector_bytes : 0;
   p.in_flight = in_flight;
-  p.activations = double(in_flight) * images * values * a.element_bytes;
+  p.activations = double(in_flight) * images * bytes;
   return p;
 }
 

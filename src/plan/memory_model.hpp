@@ -3,7 +3,8 @@
 // trainable parameter, 4 a frozen one) on every device and precision (the
 // trainer's mixed precision keeps fp32 weights), and in bf16 the step's bf16
 // copies of the trainable weights the matmuls read (2 bytes); activations saved for the
-// backward take `element_bytes` each (4 in fp32, 2 in bf16), times the
+// backward take `element_bytes` each (4 in fp32, 2 in bf16) but the fp32
+// residual stream's and attention probabilities, times the
 // micro-batches the schedule holds in flight on that rank; the logits and
 // the loss's copies of them are fp32; the reserved part is the runtime's own
 // (the process, its libraries and process group on CPU; the CUDA context and

@@ -19,12 +19,15 @@ void add_prediction(nlohmann::json& r, const RunConfig& config, const Profile& p
     const double predicted = predict_step_seconds(config, profile);
     r["predicted_step_seconds"] = predicted;
     r["prediction_error"] = predicted / measured->get<double>() - 1;
-    // The fullest rank's peak memory, against the run's (the largest of its ranks' peak resident memory).
-    const double memory = fullest_rank(rank_memory(config, memory_assumptions(profile))).total();
-    r["predicted_peak_memory_mib"] = memory / (1 << 20);
-    if (const double peak = r.value("peak_memory_mib", 0.0); peak > 0) {
-      r["memory_prediction_error"] = memory / (1 << 20) / peak - 1;
-    }
+    // The fullest rank's peak memory, against the run's (the largest of its
+    // ranks' peak resident memory), and without the runtime's reserved part
+    // against the largest tensor peak of its ranks (dist/device.hpp).
+    const RankMemory fullest = fullest_rank(rank_memory(config, memory_assumptions(profile)));
+    const double memory = fullest.total() / (1 << 20), tensors = (fullest.total() - fullest.reserved) / (1 << 20);
+    r["predicted_peak_memory_mib"] = memory;
+    r["predicted_tensor_mib"] = tensors;
+    if (const double peak = r.value("peak_memory_mib", 0.0); peak > 0) r["memory_prediction_error"] = memory / peak - 1;
+    if (const double peak = r.value("peak_tensor_mib", 0.0); peak > 0) r["tensor_prediction_error"] = tensors / peak - 1;
   } catch (const std::exception& e) {  // the measurement stands; the report says why no prediction sits beside it
     r["prediction_failed"] = e.what();
   }
@@ -41,7 +44,8 @@ void add_predictions(std::vector<nlohmann::json>& records, const std::vector<Swe
     const auto it = config_of.find(r.value("run_id", ""));
     if (it == config_of.end()) continue;
     for (const char* stale : {"predicted_step_seconds", "prediction_error", "prediction_failed",
-                              "predicted_peak_memory_mib", "memory_prediction_error"}) {
+                              "predicted_peak_memory_mib", "memory_prediction_error", "predicted_tensor_mib",
+                              "tensor_prediction_error"}) {
       r.erase(stale);
     }
     add_prediction(r, *it->second, profile);

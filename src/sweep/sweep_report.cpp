@@ -95,7 +95,7 @@ std::string pipeline_bubbles(const std::vector<const Json*>& rows) {
 constexpr double kOrderMargin = 0.05;
 std::string predictions(const std::vector<const Json*>& rows) {
   std::string text, failed;
-  std::vector<double> errors, memory_errors;
+  std::vector<double> errors, memory_errors, tensor_errors;
   std::map<std::string, std::vector<const Json*>> groups;
   for (const Json* r : rows) {
     if (r->contains("prediction_failed")) {
@@ -106,13 +106,18 @@ std::string predictions(const std::vector<const Json*>& rows) {
     const double error = predicted / measured - 1;
     errors.push_back(std::abs(error));
     groups[group_of(*r)].push_back(r);
-    std::string memory = "| | | ";
-    if (r->contains("memory_prediction_error")) {
-      const double memory_error = number(*r, "memory_prediction_error");
-      memory_errors.push_back(std::abs(memory_error));
-      memory = fmt::format("| {:.0f} | {:.0f} | {:+.1f}% ", number(*r, "peak_memory_mib"),
-                           number(*r, "predicted_peak_memory_mib"), 100 * memory_error);
-    }
+    // Measured, predicted and error cells for one memory figure, blank where it was not measured.
+    const auto memory_cells = [&](const char* measured_key, const char* predicted_key, const char* error_key,
+                                  std::vector<double>& errors_of) -> std::string {
+      if (!r->contains(error_key)) return "| | | ";
+      const double memory_error = number(*r, error_key);
+      errors_of.push_back(std::abs(memory_error));
+      return fmt::format("| {:.0f} | {:.0f} | {:+.1f}% ", number(*r, measured_key), number(*r, predicted_key),
+                         100 * memory_error);
+    };
+    const std::string memory =
+        memory_cells("peak_memory_mib", "predicted_peak_memory_mib", "memory_prediction_error", memory_errors) +
+        memory_cells("peak_tensor_mib", "predicted_tensor_mib", "tensor_prediction_error", tensor_errors);
     text += fmt::format("| {} | {} | {:.1f} | {:.1f} | {:+.1f}% {}|\n", r->value("run_id", ""), r->value("label", ""),
                         1e3 * measured, 1e3 * predicted, 100 * error, memory);
   }
@@ -129,6 +134,12 @@ std::string predictions(const std::vector<const Json*>& rows) {
                                  "memory of the run's ranks): median |error| {:.1f}%, largest {:.1f}%.",
                                  100 * memory_median, 100 * memory_errors.back());
   }
+  if (!tensor_errors.empty()) {
+    const double tensor_median = median_of(tensor_errors);  // sorts them
+    memory_summary += fmt::format(" Tensor memory (the same less the runtime's reserved part, against the largest "
+                                  "tensor peak of the run's ranks): median |error| {:.1f}%, largest {:.1f}%.",
+                                  100 * tensor_median, 100 * tensor_errors.back());
+  }
   std::string misordered;
   for (auto& [group, members] : groups) {
     std::vector<TimedRun> timed;
@@ -142,7 +153,8 @@ std::string predictions(const std::vector<const Json*>& rows) {
   return fmt::format("\n## Predicted step time\n\nThe step-time model (the sweep's profile, the run's shapes, its "
                      "schedule simulated) against the measured median: median |error| {:.1f}%, largest {:.1f}% over "
                      "{} runs; {}.{}\n\n| run | label | measured ms | predicted ms | error | measured MiB | "
-                     "predicted MiB | memory error |\n|---|---|---|---|---|---|---|---|\n",
+                     "predicted MiB | memory error | tensor MiB | predicted tensor MiB | tensor error |\n"
+                     "|---|---|---|---|---|---|---|---|---|---|---|\n",
                      100 * median, 100 * errors.back(), errors.size(),
                      misordered.empty() ? "every group's runs measured more than 5% apart in the measured order"
                                         : "runs measured more than 5% apart but predicted the other way round: " +

@@ -177,6 +177,7 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
     wait_for_device(device, runtime.timeout());
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     const StepReport report = gather_step_report(runtime.world(), local_loss.item<double>(), peak_memory_bytes(device),
+                                                 peak_tensor_bytes(device),
                                                  timer.take(), device);
     const double norm = grad_norm.item<double>();
     if (profile) {

@@ -49,7 +49,8 @@ def crafted(out, bf16_shift, mfu):
     (out / "throughput").mkdir()
     (out / "throughput" / "steps.jsonl").write_text(steps([9.0, 8.0, 7.0]))
     (out / "throughput" / "summary.json").write_text(json.dumps({
-        "warmup_steps": 1, "mfu": mfu, "tflops_per_gpu": mfu * 989, "step_seconds_median": 1.0, "peak_source": "x"}))
+        "warmup_steps": 1, "mfu": mfu, "tflops_per_gpu": mfu * 989, "step_seconds_median": 1.0, "peak_source": "x",
+        "peak_memory_mib": 1024.0, "peak_tensor_mib": 1024.0}))
 
 
 def report(out):
@@ -84,7 +85,8 @@ def test_report_fails_what_misses(tmp_path, bf16_shift, mfu, failing):
 def plan(out, profile, step_seconds):
     (out / f"plan_{profile}").mkdir()
     (out / f"plan_{profile}" / "plan.json").write_text(json.dumps(
-        {"format": "hetpar-plan/1", "given": {"step_seconds": step_seconds, "peak_memory_bytes": 2**30}}))
+        {"format": "hetpar-plan/1", "given": {"step_seconds": step_seconds, "peak_memory_bytes": 1.25 * 2**30,
+                                               "fullest_rank_bytes": {"reserved": 0.15 * 2**30}}}))
 
 
 def test_report_sets_the_model_beside_the_measurement(tmp_path):
@@ -96,6 +98,8 @@ def test_report_sets_the_model_beside_the_measurement(tmp_path):
     by_name = {c["check"]: c for c in result["checks"]}
     assert by_name["step-time model, published profile"]["result"] == "pass"
     assert "(+10.0 %)" in by_name["step-time model, published profile"]["figure"]
+    # The tensor part (1.25 - 0.15 GiB) against the allocator's 1 GiB peak.
+    assert "tensor memory 1.1 GiB (+10.0 %)" in by_name["step-time model, published profile"]["figure"]
     assert by_name["step-time model, measured profile"]["result"] == "FAIL"  # 20 % off
     assert "(-20.0 %)" in by_name["step-time model, measured profile"]["figure"]
     assert code == 1, text

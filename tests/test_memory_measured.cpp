@@ -1,0 +1,123 @@
+// The memory model against real CPU runs of tiny.toml made larger, two ways:
+// - against the tensor peak (the counting allocator's,
+//   metrics/cpu_tensor_memory.hpp: what a GPU's caching allocator reports),
+//   with no reserved part: state, activations and the loss's logits alone,
+//   in one rank, a pipeline, non-colocated, TP, CP and an activation-heavy
+//   shape, in fp32 and bf16;
+// - against the peak resident memory: the reserved part taken from the
+//   smallest run (the runtime alone, in effect), the model must then predict
+//   larger runs' fullest rank within kRssBound.
+#include <nlohmann/json.hpp>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "config/run_config.hpp"
+#include "plan/memory_model.hpp"
+#include "tests/dist_harness.hpp"
+
+namespace hetpar::test {
+namespace {
+
+// Within 2.3 % in every case (2026-12-05); the bound leaves room for the
+// allocator's small tensors the model does not count.
+constexpr double kTensorBound = 0.05;
+
+// Measured peak resident memory runs 8-10% above the model in these runs
+// (2026-12-05), while the model is within 1% of the same runs' tensor peak:
+// the gap is the allocator's own slack (the C library's heap keeps freed
+// activations once its mmap threshold has risen: docs/design.md, "Memory
+// model") and the runtime's buffers beyond the smallest run's.
+constexpr double kRssBound = 0.15;
+
+const std::string kTiny = HETPAR_SOURCE_DIR "/workloads/tiny.toml";
+
+const std::vector<std::string> kLarger = {
+    "llm.hidden=512",   "llm.heads=8",    "llm.kv_heads=4",           "llm.ffn_hidden=1536",
+    "llm.vocab_size=16000", "llm.seq_len=256", "data.micro_batch_size=4", "data.global_batch_size=8",
+    "llm.layers=4"};
+
+// The largest `field` (MiB in steps.jsonl) over 3 steps of tiny.toml with `sets`, in bytes.
+double measured_peak(const std::string& tag, const std::vector<std::string>& sets, const char* field) {
+  const std::string dir = ::testing::TempDir() + "/memory_" + tag + "_" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  std::string command = std::string(HETPAR_BINARY) + " train " + kTiny + " --set run.steps=3 --out " + dir;
+  for (const std::string& s : sets) command += " --set '" + s + "'";
+  const auto [code, out] = run_command(command);
+  EXPECT_EQ(code, 0) << out;
+  std::ifstream file(dir + "/steps.jsonl");
+  double peak = 0;
+  for (std::string line; std::getline(file, line);) {
+    peak = std::max(peak, nlohmann::json::parse(line)[field].get<double>());
+  }
+  std::filesystem::remove_all(dir);
+  return peak * (1 << 20);
+}
+
+void print_comparison(const std::string& name, double measured, const RankMemory& predicted, double error) {
+  std::printf("%s: measured %.1f MiB, predicted %.1f MiB (%s: state %.1f, activations %.1f, logits %.1f, "
+              "reserved %.1f), error %+.1f%%\n",
+              name.c_str(), measured / (1 << 20), predicted.total() / (1 << 20), predicted.what.c_str(),
+              predicted.state / (1 << 20), predicted.activations / (1 << 20), predicted.transient / (1 << 20),
+              predicted.reserved / (1 << 20), 100 * error);
+}
+
+// The model's fullest rank against the largest measured tensor peak, for
+// every case in `precision`.
+void expect_tensor_peaks_predicted(const std::string& precision) {
+  // The last case is activation-heavy: a small vocabulary, twice the tokens
+  // a micro-batch and every sample at three images, so that the saved
+  // activations are most of the peak.
+  const std::pair<const char*, std::vector<std::string>> cases[] = {
+      {"one_rank", {}},
+      {"llm_pp2", {"layout.llm.pp=2"}},
+      {"non_colocated", {"layout.placement=\"non-colocated\"", "layout.encoder.dp=1"}},
+      {"tp2", {"layout.llm.tp=2"}},
+      {"cp2", {"layout.llm.cp=2"}},
+      {"activations", {"llm.vocab_size=512", "data.micro_batch_size=8", "data.global_batch_size=16",
+                       "data.images_min=3", "encoder.hidden=256", "encoder.mlp_hidden=1024"}}};
+  const MemoryAssumptions cpu{precision == "bf16" ? 2.0 : 4.0, 0, true};
+  for (const auto& [name, extra] : cases) {
+    std::vector<std::string> sets = kLarger;
+    sets.insert(sets.end(), extra.begin(), extra.end());
+    sets.push_back("run.precision=\"" + precision + "\"");
+    const RunConfig config = load_run_config(kTiny, sets);
+    const RankMemory predicted = fullest_rank(rank_memory(config, cpu));
+    const double measured = measured_peak(std::string(name) + "_" + precision, sets, "peak_tensor_mib");
+    const double error = predicted.total() / measured - 1;
+    print_comparison(std::string(name) + " " + precision, measured, predicted, error);
+    EXPECT_LE(std::abs(error), kTensorBound) << name << " " << precision;
+  }
+}
+
+TEST(MemoryModel, PredictsTheTensorPeakOfRealRunsInFp32) { expect_tensor_peaks_predicted("fp32"); }
+TEST(MemoryModel, PredictsTheTensorPeakOfRealRunsInBf16) { expect_tensor_peaks_predicted("bf16"); }
+
+TEST(MemoryModel, PredictsThePeakResidentMemoryOfRealRuns) {
+  MemoryAssumptions cpu{4, 0, true};  // fp32; this CPU's unfused grouped-query attention
+  const RunConfig smallest = load_run_config(kTiny, {});
+  cpu.reserved_bytes = measured_peak("smallest", {}, "peak_memory_mib") - fullest_rank(rank_memory(smallest, cpu)).total();
+  ASSERT_GT(cpu.reserved_bytes, 0);
+  const std::pair<const char*, std::vector<std::string>> cases[] = {
+      {"one_rank", {}},
+      {"llm_pp2", {"layout.llm.pp=2"}},
+      {"non_colocated", {"layout.placement=\"non-colocated\"", "layout.encoder.dp=1"}}};
+  for (const auto& [name, extra] : cases) {
+    std::vector<std::string> sets = kLarger;
+    sets.insert(sets.end(), extra.begin(), extra.end());
+    const RunConfig config = load_run_config(kTiny, sets);
+    const RankMemory predicted = fullest_rank(rank_memory(config, cpu));
+    const double measured = measured_peak(name, sets, "peak_memory_mib");
+    const double error = predicted.total() / measured - 1;
+    print_comparison(name, measured, predicted, error);
+    EXPECT_LE(std::abs(error), kRssBound) << name;
+    // The model's own part dominates: a model that left out activations or logits would miss the bound.
+    EXPECT_GT(predicted.total() - predicted.reserved, 0.4 * measured) << name;
+  }
+}
+
+}  // namespace
+}  // namespace hetpar::test
