@@ -61,8 +61,9 @@ nlohmann::json RunMetrics::step_line(const StepInputs& in, const StepReport& rep
                          {"samples_per_second", static_cast<double>(config_.data.global_batch_size) / in.seconds},
                          {"images", images},
                          {"peak_memory_mib", report.peak_memory_bytes / (1 << 20)},
-                         {"peak_tensor_mib", report.peak_tensor_bytes / (1 << 20)},
                          {"critical_rank", report.critical_rank}};
+  // Absent, not 0, where nothing counted it (another CPU allocator installed first).
+  if (report.peak_tensor_bytes > 0) line["peak_tensor_mib"] = report.peak_tensor_bytes / (1 << 20);
   for (int p = 0; p < kPhaseCount; ++p) {
     line["phases"][std::string(phase_name(static_cast<Phase>(p)))] = report.critical_phases[p];
   }
