@@ -1,4 +1,4 @@
-// Microbenchmark of three pieces of a training step, each beside the way it was
+// Microbenchmark of four pieces of a training step, each beside the way it was
 // done before, in one process on one thread (CPU):
 //
 //   loss/<path>/<dtype>   the summed cross-entropy over [tokens, vocab] logits,
@@ -20,11 +20,18 @@
 //                         (before), `rows_into_grad` is VocabParallelEmbedding
 //                         on one rank, which adds the looked-up rows'
 //                         gradients into .grad in place (now).
+//   rms_norm/<impl>       an RMSNorm over [tokens, table_hidden] fp32 rows,
+//                         forward + backward: `library` is ATen's rms_norm,
+//                         composed of ops on the CPU, which keeps the
+//                         normalised rows for its backward (before),
+//                         `saves_input` is model/norms.hpp's function, which
+//                         recomputes them there (now).
 //
 // Before timing, each pair is checked to compute the same thing: the two
 // losses and their logit gradients within fp32 rounding, the two cast modes'
 // weight gradients equal to the bit, the two tables' gradients within fp32
-// rounding (the sums over micro-batches associate differently). `--smoke`
+// rounding (the sums over micro-batches associate differently), the two
+// norms' outputs and gradients within fp32 rounding. `--smoke`
 // runs every benchmark once on small shapes (ctest: bench_step_ops_smoke).
 // The figures that matter are the ratios within a pair, printed by the same
 // run.
@@ -33,6 +40,7 @@
 #include <benchmark/benchmark.h>
 #include <torch/autograd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -41,6 +49,7 @@
 #include <vector>
 
 #include "dist/group.hpp"
+#include "model/norms.hpp"
 #include "tp/vocab_parallel.hpp"
 #include "tp/weight_cast.hpp"
 #include "train/autocast_scope.hpp"
@@ -206,6 +215,41 @@ void BM_Embedding(benchmark::State& state, bool rows_into_grad) {
   state.counters["micro_batches"] = static_cast<double>(g_shapes.micro_batches);
 }
 
+struct NormRows {
+  at::Tensor x, weight, upstream;
+};
+
+NormRows make_norm_rows() {
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(17);
+  const auto f32 = at::TensorOptions(at::kFloat);
+  return {at::randn({g_shapes.tokens, g_shapes.table_hidden}, gen, f32).set_requires_grad(true),
+          (1 + 0.1 * at::randn({g_shapes.table_hidden}, gen, f32)).set_requires_grad(true),
+          at::randn({g_shapes.tokens, g_shapes.table_hidden}, gen, f32)};
+}
+
+at::Tensor run_norm(NormRows& n, bool saves_input) {
+  n.x.mutable_grad() = at::Tensor();
+  n.weight.mutable_grad() = at::Tensor();
+  at::Tensor y = saves_input ? rms_norm(n.x, n.weight, 1e-5) : at::rms_norm(n.x, {n.x.size(-1)}, n.weight, 1e-5);
+  y.backward(n.upstream);
+  return y.detach();
+}
+
+void check_norms_agree() {
+  NormRows n = make_norm_rows();
+  const at::Tensor y_library = run_norm(n, false), dx = n.x.grad().clone(), dw = n.weight.grad().clone();
+  const at::Tensor y = run_norm(n, true);
+  auto relative = [](const at::Tensor& a, const at::Tensor& b) { return ((a - b).abs().max() / b.abs().max()).item<double>(); };
+  const double diff = std::max({relative(y, y_library), relative(n.x.grad(), dx), relative(n.weight.grad(), dw)});
+  if (diff > 1e-5) throw std::runtime_error("the two RMSNorms disagree: " + std::to_string(diff));
+}
+
+void BM_RmsNorm(benchmark::State& state, bool saves_input) {
+  NormRows n = make_norm_rows();
+  for (auto _ : state) run_norm(n, saves_input);
+  state.counters["rows"] = static_cast<double>(g_shapes.tokens);
+}
+
 void register_all(bool smoke) {
   auto add = [&](benchmark::internal::Benchmark* bm) {
     bm->Unit(benchmark::kMillisecond)->UseRealTime();
@@ -220,6 +264,8 @@ void register_all(bool smoke) {
   add(benchmark::RegisterBenchmark("casts/once_per_step", BM_Casts, true));
   add(benchmark::RegisterBenchmark("embedding/dense", BM_Embedding, false));
   add(benchmark::RegisterBenchmark("embedding/rows_into_grad", BM_Embedding, true));
+  add(benchmark::RegisterBenchmark("rms_norm/library", BM_RmsNorm, false));
+  add(benchmark::RegisterBenchmark("rms_norm/saves_input", BM_RmsNorm, true));
 }
 
 }  // namespace
@@ -247,6 +293,7 @@ int main(int argc, char** argv) {
     check_losses_agree(at::kBFloat16);
     check_casts_agree();
     check_embeddings_agree();
+    check_norms_agree();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_step_ops: check failed before timing: %s\n", e.what());
     return 1;

@@ -16,18 +16,20 @@
 #include <fstream>
 
 #include "config/run_config.hpp"
+#include "model/attention.hpp"
 #include "plan/memory_model.hpp"
 #include "tests/dist_harness.hpp"
 
 namespace hetpar::test {
 namespace {
 
-// Within 2.3 % in every case (2026-12-05); the bound leaves room for the
-// allocator's small tensors the model does not count.
+// Within 0.7 % in every case but the activation-heavy one, -2.3 % (fp32)
+// and -3.3 % (bf16) (2026-12-05): gradients of hidden width made at the top
+// of the backward, which the model does not count, show there.
 constexpr double kTensorBound = 0.05;
 
-// Measured peak resident memory runs 8-10% above the model in these runs
-// (2026-12-05), while the model is within 1% of the same runs' tensor peak:
+// Measured peak resident memory runs 9-11% above the model in these runs
+// (2026-12-05), while the model is within 0.7% of the same runs' tensor peak:
 // the gap is the allocator's own slack (the C library's heap keeps freed
 // activations once its mmap threshold has risen: docs/design.md, "Memory
 // model") and the runtime's buffers beyond the smallest run's.
@@ -79,7 +81,7 @@ void expect_tensor_peaks_predicted(const std::string& precision) {
       {"cp2", {"layout.llm.cp=2"}},
       {"activations", {"llm.vocab_size=512", "data.micro_batch_size=8", "data.global_batch_size=16",
                        "data.images_min=3", "encoder.hidden=256", "encoder.mlp_hidden=1024"}}};
-  const MemoryAssumptions cpu{precision == "bf16" ? 2.0 : 4.0, 0, true};
+  const MemoryAssumptions cpu{precision == "bf16" ? 2.0 : 4.0, 0, grouped_query_attention_keeps_probabilities(at::kCPU)};
   for (const auto& [name, extra] : cases) {
     std::vector<std::string> sets = kLarger;
     sets.insert(sets.end(), extra.begin(), extra.end());
@@ -97,7 +99,7 @@ TEST(MemoryModel, PredictsTheTensorPeakOfRealRunsInFp32) { expect_tensor_peaks_p
 TEST(MemoryModel, PredictsTheTensorPeakOfRealRunsInBf16) { expect_tensor_peaks_predicted("bf16"); }
 
 TEST(MemoryModel, PredictsThePeakResidentMemoryOfRealRuns) {
-  MemoryAssumptions cpu{4, 0, true};  // fp32; this CPU's unfused grouped-query attention
+  MemoryAssumptions cpu{4, 0, grouped_query_attention_keeps_probabilities(at::kCPU)};  // fp32
   const RunConfig smallest = load_run_config(kTiny, {});
   cpu.reserved_bytes = measured_peak("smallest", {}, "peak_memory_mib") - fullest_rank(rank_memory(smallest, cpu)).total();
   ASSERT_GT(cpu.reserved_bytes, 0);

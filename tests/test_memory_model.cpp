@@ -35,14 +35,19 @@ TEST(MemoryModel, TensorParallelismSplitsTheStateAndBf16HalvesActivationsAndCopi
   // Over TP the vocab-parallel loss holds 4 copies of half the vocabulary.
   EXPECT_DOUBLE_EQ(tp2.transient, 4.0 * 4 * 128 * 512 / 2);
   const RankMemory bf16 = rank_memory(tiny({}), MemoryAssumptions{2, 0})[0];
-  // bf16 halves every saved activation but the norms' inputs: the residual
-  // stream stays fp32 (two a layer, of the module's hidden size).
+  // bf16 halves every saved activation but the fp32 ones: the norms' inputs
+  // (the residual stream, two a layer, of the module's hidden size) and the
+  // floats a row (each norm's scale, and mean in a layer norm; the
+  // attention's log-sum-exp a head), the LLM's final norm's too.
   const RunConfig c = tiny({});
-  const double tokens = double(c.data.micro_batch_size * c.llm.seq_len);
-  const double patches = double(c.data.micro_batch_size * c.data.images_max * c.encoder.patches_per_image());
-  const double residual = 4.0 * 2 * (tokens * double(c.llm.layers * c.llm.hidden) +
-                                     patches * double(c.encoder.layers * c.encoder.hidden));
-  EXPECT_DOUBLE_EQ(bf16.activations, (one.activations - residual) / 2 + residual);
+  const double sequence = double(c.data.micro_batch_size * c.llm.seq_len);
+  const double tokens = sequence * double(c.llm.layers);
+  const double patches = double(c.data.micro_batch_size * c.data.images_max * c.encoder.patches_per_image()) *
+                         double(c.encoder.layers);
+  const double fp32 = 4.0 * (tokens * double(2 * c.llm.hidden + 2 + c.llm.heads) +
+                             patches * double(2 * c.encoder.hidden + 4 + c.encoder.heads) +
+                             sequence * double(c.llm.hidden + 1));
+  EXPECT_DOUBLE_EQ(bf16.activations, (one.activations - fp32) / 2 + fp32);
   // Over TP in bf16 the loss also holds the head's bf16 logits beside its fp32 copy.
   const RankMemory tp2_bf16 = rank_memory(tiny({"layout.llm.tp=2"}), MemoryAssumptions{2, 0})[0];
   EXPECT_DOUBLE_EQ(tp2_bf16.transient, 4.5 * 4 * 128 * 512 / 2);

@@ -5,10 +5,13 @@
 #include <torch/autograd.h>
 
 #include <cmath>
+#include <cstdio>
 #include <map>
 
+#include "metrics/cpu_tensor_memory.hpp"
 #include "model/attention.hpp"
 #include "model/mlp.hpp"
+#include "model/norms.hpp"
 #include "model/rope.hpp"
 #include "model/param_init.hpp"
 #include "tests/dist_harness.hpp"
@@ -311,7 +314,7 @@ HETPAR_WORKER(rope) {
   const at::Tensor rotated = at::cat({-x.narrow(-1, d / 2, d / 2), x.narrow(-1, 0, d / 2)}, -1);
   const at::Tensor yr = x * c + rotated * s;
   (yr * r).sum().backward();
-  require(y.is_contiguous(), "output not contiguous");
+  require(y.transpose(1, 2).is_contiguous(), "output not laid out sequence first");
   expect_close(y, yr.detach(), "rope output", 1e-6, 1e-7);
   expect_close(base.grad(), base_ref.grad(), "rope input grad", 1e-6, 1e-7);
 }
@@ -508,6 +511,46 @@ TEST(StepCastCache, GradientsGoStraightIntoTheFp32GradAsAutocastWouldAddThem) {
     EXPECT_TRUE(at::equal(w_grad, w_ref)) << "weight gradient, step cache " << step_cache;
     EXPECT_TRUE(at::equal(b_grad, b_ref)) << "bias gradient, step cache " << step_cache;
   }
+}
+
+// hetpar's RMSNorm (model/norms.hpp) against ATen's on the CPU: the output
+// and both gradients, with an fp32 input (1e-5 of the largest value) and a
+// bf16 one (bf16's rounding, 2e-2); and what it keeps for its backward: a
+// float a row beside its input, which the caller holds anyway (ATen's
+// composed ops keep the normalised rows too: printed).
+TEST(RmsNorm, MatchesTheLibrarysAndKeepsOnlyAScaleARow) {
+  const int64_t rows = 96, hidden = 64;
+  const double eps = 1e-5;
+  at::manual_seed(7);
+  const at::Tensor x0 = at::randn({2, rows / 2, hidden}), w0 = 1 + 0.1 * at::randn({hidden}), dy = at::randn({2, rows / 2, hidden});
+  for (const at::ScalarType type : {at::kFloat, at::kBFloat16}) {
+    const double rtol = type == at::kFloat ? 1e-5 : 2e-2;
+    auto leaf_of = [](const at::Tensor& t) { return t.detach().clone().set_requires_grad(true); };
+    const at::Tensor x = leaf_of(x0.to(type)), w = leaf_of(w0), xr = leaf_of(x0.to(type)), wr = leaf_of(w0);
+    const at::Tensor y = rms_norm(x, w, eps), yr = at::rms_norm(xr, {hidden}, wr, eps);
+    ASSERT_EQ(y.scalar_type(), yr.scalar_type());
+    y.backward(dy.to(type));
+    yr.backward(dy.to(type));
+    auto close = [&](const at::Tensor& got, const at::Tensor& want, const char* what) {
+      const double scale = want.to(at::kFloat).abs().max().item<double>();
+      EXPECT_LE((got.to(at::kFloat) - want.to(at::kFloat)).abs().max().item<double>(), rtol * scale)
+          << what << " " << c10::toString(type);
+    };
+    close(y, yr, "output");
+    close(x.grad(), xr.grad(), "input gradient");
+    close(w.grad(), wr.grad(), "weight gradient");
+  }
+  ASSERT_TRUE(install_cpu_tensor_counter());
+  const at::Tensor x = at::randn({rows, hidden}).set_requires_grad(true), w = w0.detach().clone().set_requires_grad(true);
+  auto kept_beside_output = [&](const auto& norm) {
+    const size_t before = cpu_tensor_bytes_in_use();
+    const at::Tensor y = norm();
+    return cpu_tensor_bytes_in_use() - before - y.nbytes();
+  };
+  EXPECT_EQ(kept_beside_output([&] { return rms_norm(x, w, eps); }), rows * sizeof(float));
+  std::printf("kept for the backward beside the output: hetpar's %zu B, ATen's %zu B (the input: %zu B)\n",
+              kept_beside_output([&] { return rms_norm(x, w, eps); }),
+              kept_beside_output([&] { return at::rms_norm(x, {hidden}, w, eps); }), x.nbytes());
 }
 
 TEST(Rope, OneFunctionMatchesTheRotateHalfFormula) { EXPECT_TRUE(all_ranks_succeeded(run_workers("rope", 1))); }

@@ -16,6 +16,7 @@
 #include "launch/local_launcher.hpp"
 #include "launch/local_limits.hpp"
 #include "metrics/compute_peak.hpp"
+#include "model/attention.hpp"
 #include "plan/calibration.hpp"
 #include "util/build_info.hpp"
 #include "util/durable_file.hpp"
@@ -262,8 +263,7 @@ int run_calibrate(const CalibrateArgs& args) {
       {"seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()}};
   if (gpu) {
     if (!args.base.empty()) profile["measured"]["base"] = args.base;
-    // A GPU's own memory, a dense bf16 peak, activations in bf16, and fused
-    // attention that keeps no probabilities (plan/memory_model.hpp).
+    // A GPU's own memory, a dense bf16 peak and activations in bf16 (plan/memory_model.hpp).
     const nlohmann::json meta = device_metadata(options.device);
     profile["memory"] = {{"bytes_per_device", meta["device_memory_mib"].get<double>() * (1 << 20)},
                          {"shared_by_all_ranks", false},
@@ -272,17 +272,14 @@ int run_calibrate(const CalibrateArgs& args) {
     profile["element_bytes"] = 2;
     profile["peak_flops_per_second"] = gpu_peak(options.device, /*bf16=*/true, /*tf32=*/false).flops_per_second;
     if (!profile.contains("gpus_per_node")) profile["gpus_per_node"] = gpus;
-    profile["attention_keeps_probabilities"] = false;
   } else {
     // Host memory, which every local rank shares, and what a rank holds before
     // its model (for the memory model, plan/memory_model.hpp).
     profile["memory"] = {{"bytes_per_device", total_memory_bytes()},
                          {"shared_by_all_ranks", true},
                          {"reserved_bytes", ranks_part.at("resident_bytes")}};
-    // CPU attention with grouped-query heads takes the unfused path, which keeps
-    // its probabilities for the backward (the memory model counts them).
-    profile["attention_keeps_probabilities"] = true;
   }
+  profile["attention_keeps_probabilities"] = grouped_query_attention_keeps_probabilities(options.device);
   write_file_atomic(args.out, profile.dump(2) + "\n");
   log_info("{}", summary_text(profile));
   log_info("calibrate: wrote {} in {:.0f} s", args.out, profile["measured"]["seconds"].get<double>());

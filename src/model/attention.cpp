@@ -43,7 +43,11 @@ at::Tensor ParallelAttention::forward(const at::Tensor& x, const at::Tensor& rop
   auto split_heads = [&](const at::Tensor& t, int64_t heads) { return t.view({b, s, heads, head_dim_}).transpose(1, 2); };
   at::Tensor q = split_heads(qkv[0], local_heads_);
   at::Tensor k = split_heads(qkv[1], local_kv_heads_);
-  const at::Tensor v = split_heads(qkv[2], local_kv_heads_);
+  // With RoPE the attention saves rotated copies of q and k: V then goes on
+  // its own (a copy where q, k and v came from one GEMM), for a view would
+  // keep the whole projection, the unrotated queries and keys with it, alive
+  // until the backward.
+  const at::Tensor v = split_heads(rope_cos.defined() ? qkv[2].contiguous() : qkv[2], local_kv_heads_);
   if (rope_cos.defined()) {
     q = apply_rope(q, rope_cos, rope_sin);
     k = apply_rope(k, rope_cos, rope_sin);
@@ -53,6 +57,13 @@ at::Tensor ParallelAttention::forward(const at::Tensor& x, const at::Tensor& rop
                                       : at::scaled_dot_product_attention(q, k, v, {}, 0.0, causal_, std::nullopt,
                                                                          /*enable_gqa=*/local_kv_heads_ != local_heads_);
   return out_->forward(o.transpose(1, 2).reshape({b, s, local_heads_ * head_dim_}));
+}
+
+bool grouped_query_attention_keeps_probabilities(const at::Device& device) {
+  const auto options = at::TensorOptions(device.is_cuda() ? at::kBFloat16 : at::kFloat).device(device);
+  const at::Tensor q = at::zeros({1, 8, 128, 64}, options), kv = at::zeros({1, 2, 128, 64}, options);
+  constexpr int64_t kMathKernel = 0;  // the library's SDPBackend::math
+  return at::_fused_sdp_choice(q, kv, kv, {}, 0.0, true, std::nullopt, /*enable_gqa=*/true) == kMathKernel;
 }
 
 }  // namespace hetpar

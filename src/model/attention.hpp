@@ -46,4 +46,11 @@ class ParallelAttention : public torch::nn::Module {
   bool causal_;
 };
 
+// Whether the library's scaled-dot-product attention takes its unfused
+// kernel for grouped-query heads on `device`, which keeps every query's
+// probabilities for the backward (the memory model counts them then). The
+// library's own choice for a small causal case; LibTorch 2.11 and 2.15 take a
+// fused kernel on the CPU too.
+bool grouped_query_attention_keeps_probabilities(const at::Device& device);
+
 }  // namespace hetpar

@@ -67,7 +67,9 @@ at::Tensor context_parallel_attention(const at::Tensor& q, const at::Tensor& k, 
                                                        values.narrow(2, 0, key_count), mask, 0.0, false,
                                                        std::nullopt, gqa));
   }
-  return at::cat(outputs, 2);
+  // Joined sequence first in memory, as a single kernel lays its output out
+  // (model/rope.hpp): the output projection then reads it as a view.
+  return at::cat({outputs[0].transpose(1, 2), outputs[1].transpose(1, 2)}, 1).transpose(1, 2);
 }
 
 }  // namespace hetpar

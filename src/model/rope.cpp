@@ -6,13 +6,22 @@
 namespace hetpar {
 namespace {
 
+// A new tensor of x's shape [B, H, S, d], laid out sequence first in memory
+// ([B, S, H, d], the projections' own layout): attention kernels then give
+// their output in that layout too, and the output projection reads it as a
+// view rather than saving a copy of it for its backward.
+at::Tensor sequence_major(const at::Tensor& x) {
+  if (x.dim() != 4) return at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+  return at::empty({x.size(0), x.size(2), x.size(1), x.size(3)}, x.options()).transpose(1, 2);
+}
+
 // out = rotate(x) by +angle (sign 1) or -angle (sign -1):
 //   out_lo = x_lo * cos - sign * x_hi * sin,  out_hi = x_hi * cos + sign * x_lo * sin
 at::Tensor rotate(const at::Tensor& x, const at::Tensor& cos_table, const at::Tensor& sin_table, double sign) {
   const int64_t half = x.size(-1) / 2;
   const at::Tensor cos = cos_table.to(x.scalar_type()), sin = sin_table.to(x.scalar_type());  // bf16 under autocast
   const at::Tensor lo = x.narrow(-1, 0, half), hi = x.narrow(-1, half, half);
-  at::Tensor out = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+  at::Tensor out = sequence_major(x);
   at::Tensor out_lo = out.narrow(-1, 0, half), out_hi = out.narrow(-1, half, half);
   at::mul_out(out_lo, lo, cos);
   out_lo.addcmul_(hi, sin, -sign);

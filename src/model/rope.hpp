@@ -16,7 +16,8 @@ namespace hetpar {
 std::pair<at::Tensor, at::Tensor> rope_tables(int64_t seq, int64_t head_dim, double theta);
 
 // x: [..., seq, head_dim] (any strides); cos, sin: [seq, head_dim / 2].
-// Returns a new contiguous tensor.
+// Returns a new tensor: for [B, heads, seq, head_dim], laid out sequence
+// first ([B, seq, heads, head_dim] in memory), otherwise contiguous.
 at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
 }  // namespace hetpar

@@ -20,31 +20,37 @@ struct Part {
 // Bytes a transformer layer saves for its backward, per token on a rank of
 // tensor-parallel size `tp` (the inputs of column-parallel matmuls are
 // whole, everything between the two matmuls of a block is split), with
-// activations `eb` bytes wide. The residual stream stays fp32 under autocast
-// (the embedding and the weights are fp32, and an add promotes), so the two
-// norms' inputs are 4 bytes whatever the precision; the norms' outputs are
-// saved by the next matmul at its input's width. Measured on one CPU rank
-// with the counting allocator (hidden 512, kv 256, ffn 1536, 4 layers,
-// seq 256; the slope of the step's tensor peak over micro-batch sizes):
-// 47151 B a token and layer in fp32, 29739 in bf16; this gives 47104 and
-// 29696.
+// activations `eb` bytes wide:
+// - the two norms: their inputs, which are the residual stream and fp32
+//   whatever the precision (under autocast the embedding and the weights are
+//   fp32 and an add promotes), a float a row for their scale (model/norms.hpp
+//   keeps no normalised copy), and their outputs at the next matmul's width;
+// - the rotated queries and keys, the values and the attention's output (RoPE
+//   saves only its tables and writes sequence first, so the output projection
+//   reads the kernel's output as a view; a fused q/k/v projection hands V out
+//   as a copy, so the projection's own output is freed), a float a row and
+//   head for the log-sum-exp; CP adds the other ranks' gathered keys and
+//   values; the MLP's gate, up, activation and product;
+// - where grouped-query attention takes an unfused kernel (the profile
+//   says), its probabilities over every key, in fp32.
+// Measured on one CPU rank with the counting allocator (hidden 512, 8 heads,
+// kv 4 heads of 64, ffn 1536, seq 256; the peak's growth with micro-batch
+// size and layers together, 2 to 6 and 4 to 8): 38952 B a token and layer in
+// fp32, 21544 in bf16, exactly this.
 double llm_bytes_per_token(const LlmConfig& l, int tp, int cp, bool keeps_probabilities, double eb) {
   const double h = double(l.hidden), kv = double(l.kv_heads) * double(l.hidden / l.heads), f = double(l.ffn_hidden);
-  const double norms = 2 * h * kFp32 + 2 * h * eb;  // inputs (fp32 residual) and outputs
-  // Rotated queries and keys, values and the attention's output (RoPE saves
-  // only its tables: the unrotated projections are not kept); CP adds the
-  // other ranks' gathered keys and values; the MLP's gate, up, activation and product.
-  const double split = 2 * h + 2 * kv + 2 * kv * (cp - 1) + 4 * f;
-  // An unfused kernel keeps each query's probabilities over every key, in
-  // fp32 (grouped-query heads only: the CPU's fused kernel takes the rest).
-  const double probabilities = keeps_probabilities && l.kv_heads != l.heads ? double(l.heads) * double(l.seq_len) : 0;
-  return norms + (split * eb + probabilities * kFp32) / tp;
+  const double norms = 2 * (h * kFp32 + kFp32 + h * eb);
+  const double split = (2 * h + 2 * kv + 2 * kv * (cp - 1) + 4 * f) * eb + double(l.heads) * kFp32;
+  const double probabilities = keeps_probabilities && l.kv_heads != l.heads ? double(l.heads) * double(l.seq_len) * kFp32 : 0;
+  return norms + (split + probabilities) / tp;
 }
-// The encoder's layer per patch: two layer norms (fp32 inputs, as above),
-// q, k, v and the attention's output, the MLP's hidden and its activation.
+// The encoder's layer per patch: two layer norms (fp32 inputs, as above, with
+// a float each for the row's mean and scale; outputs at matmul width), q, k,
+// v and the attention's output with its log-sum-exp, the MLP's hidden and its
+// activation.
 double encoder_bytes_per_patch(const EncoderConfig& e, int tp, double eb) {
   const double h = double(e.hidden), m = double(e.mlp_hidden);
-  return 2 * h * kFp32 + 2 * h * eb + (4 * h + 2 * m) * eb / tp;
+  return 2 * (h * kFp32 + 2 * kFp32 + h * eb) + ((4 * h + 2 * m) * eb + double(e.heads) * kFp32) / tp;
 }
 
 // The step's compute-precision copies of the weights the matmuls read
@@ -76,6 +82,9 @@ Part llm_part(const RunConfig& c, int s, int64_t in_flight, const MemoryAssumpti
   p.in_flight = in_flight;
   p.activations = double(in_flight) * tokens * double(layers.count) *
                   llm_bytes_per_token(l, lay.tp, lay.cp, a.attention_keeps_probabilities, a.element_bytes);
+  // The final norm's input (the fp32 residual stream), a float a row, and
+  // its output at the head's input width.
+  if (last) p.activations += double(in_flight) * tokens * (h * kFp32 + kFp32 + h * a.element_bytes);
   // The logits at fp32 width, this rank's vocab shard, in as many copies as
   // the loss holds at its peak (tp/vocab_parallel.cpp). Over TP the
   // vocab-parallel function: the logits and three copies (probabilities kept

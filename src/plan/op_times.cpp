@@ -105,13 +105,15 @@ RankCost layer_cost(const Profile& p, const LayerShape& l) {
   // values read and written at the bandwidth measured for its kind:
   c.compute += memory(p, l.norm, l.tokens * l.hidden) * 2;           // two norms
   c.compute += memory(p, "add", l.tokens * l.hidden, 3) * 2;         // two residual adds
-  c.compute += memory(p, "add", l.tokens * q, 2);                    // attention output to [tokens, heads x d]
   c.compute += memory(p, l.activation, l.tokens * l.mlp / l.tp);     // the MLP's activation
   if (l.gated) c.compute += memory(p, "add", l.tokens * l.mlp / l.tp, 3);  // times the up projection
   if (l.rope) {  // q and k rotated (a product and a fused multiply-add a value); the backward rotates back
     const double rotate = memory(p, "add", l.tokens * (q + kv), 5).forward;
     c.compute += Cost{rotate, rotate};
+    if (fused) c.compute += Cost{memory(p, "add", l.tokens * kv, 2).forward, 0};  // V copied out of the fused projection
   }
+  // The attention's output is laid out sequence first, as the output
+  // projection reads it: no copy (model/rope.hpp).
   if (l.tp > 1) {  // each TP all-reduce's input copied (two forward, two backward)
     const double copy = memory(p, "add", l.tokens * l.hidden, 2).forward;
     c.compute += Cost{2 * copy, 2 * copy};
