@@ -37,9 +37,13 @@ struct Part {
 // kv 4 heads of 64, ffn 1536, seq 256; the peak's growth with micro-batch
 // size and layers together, 2 to 6 and 4 to 8): 38952 B a token and layer in
 // fp32, 21544 in bf16, exactly this.
+// A norm over `h` values a token: its fp32 input, `row_floats` floats a row
+// (scale; and mean for a layer norm) and its output at the next matmul's width.
+double norm_bytes_per_token(double h, double row_floats, double eb) { return h * kFp32 + row_floats * kFp32 + h * eb; }
+
 double llm_bytes_per_token(const LlmConfig& l, int tp, int cp, bool keeps_probabilities, double eb) {
   const double h = double(l.hidden), kv = double(l.kv_heads) * double(l.hidden / l.heads), f = double(l.ffn_hidden);
-  const double norms = 2 * (h * kFp32 + kFp32 + h * eb);
+  const double norms = 2 * norm_bytes_per_token(h, 1, eb);
   const double split = (2 * h + 2 * kv + 2 * kv * (cp - 1) + 4 * f) * eb + double(l.heads) * kFp32;
   const double probabilities = keeps_probabilities && l.kv_heads != l.heads ? double(l.heads) * double(l.seq_len) * kFp32 : 0;
   return norms + (split + probabilities) / tp;
@@ -50,7 +54,7 @@ double llm_bytes_per_token(const LlmConfig& l, int tp, int cp, bool keeps_probab
 // activation.
 double encoder_bytes_per_patch(const EncoderConfig& e, int tp, double eb) {
   const double h = double(e.hidden), m = double(e.mlp_hidden);
-  return 2 * (h * kFp32 + 2 * kFp32 + h * eb) + ((4 * h + 2 * m) * eb + double(e.heads) * kFp32) / tp;
+  return 2 * norm_bytes_per_token(h, 2, eb) + ((4 * h + 2 * m) * eb + double(e.heads) * kFp32) / tp;
 }
 
 // The step's compute-precision copies of the weights the matmuls read
@@ -82,9 +86,8 @@ Part llm_part(const RunConfig& c, int s, int64_t in_flight, const MemoryAssumpti
   p.in_flight = in_flight;
   p.activations = double(in_flight) * tokens * double(layers.count) *
                   llm_bytes_per_token(l, lay.tp, lay.cp, a.attention_keeps_probabilities, a.element_bytes);
-  // The final norm's input (the fp32 residual stream), a float a row, and
-  // its output at the head's input width.
-  if (last) p.activations += double(in_flight) * tokens * (h * kFp32 + kFp32 + h * a.element_bytes);
+  // The final norm, whose output the head reads.
+  if (last) p.activations += double(in_flight) * tokens * norm_bytes_per_token(h, 1, a.element_bytes);
   // The logits at fp32 width, this rank's vocab shard, in as many copies as
   // the loss holds at its peak (tp/vocab_parallel.cpp). Over TP the
   // vocab-parallel function: the logits and three copies (probabilities kept
