@@ -88,8 +88,8 @@ TEST(RegressionCheck, WithoutItsRunsAPointIsJudgedOnItsMedians) {
 
 
 // A real sweep measured twice: raising --repeat on a finished sweep runs only
-// the new round; the report pools the repeats; the sweep against itself is
-// no regression.
+// the new round; the report pools the repeats and gives the speed-ups an
+// interval; the sweep against itself is no regression.
 TEST(RegressionCheck, RepeatsOfARealSweep) {
   const std::string out = ::testing::TempDir() + "/repeat_sweep_" + std::to_string(getpid());
   fs::remove_all(out);
@@ -97,6 +97,7 @@ TEST(RegressionCheck, RepeatsOfARealSweep) {
                             "/tests/data/sweeps/two_points.toml --no-plots --set run.steps=4 --out " + out;
   auto [code, output] = run_command(sweep);
   ASSERT_EQ(code, 0) << output;
+  EXPECT_NE(output.find("ran once here: the speed-ups above are single measurements"), std::string::npos) << output;
   std::tie(code, output) = run_command(sweep + " --repeat 2");
   ASSERT_EQ(code, 0) << output;
   EXPECT_NE(output.find("resuming: 3 runs already finished"), std::string::npos) << output;
@@ -112,6 +113,11 @@ TEST(RegressionCheck, RepeatsOfARealSweep) {
   EXPECT_NE(output.find("| p001 (x2) | colocated |"), std::string::npos) << output;
   EXPECT_NE(output.find("| b001 (x2) | baseline of colocated |"), std::string::npos) << output;
   EXPECT_NE(output.find("median of its runs' medians"), std::string::npos) << output;
+  // Two runs a side: each point over its baseline, and the placements over one another, with an interval.
+  EXPECT_NE(output.find("| comparison | tokens/s ratio | 95% interval |"), std::string::npos) << output;
+  EXPECT_NE(output.find("| colocated over its baseline |"), std::string::npos) << output;
+  EXPECT_NE(output.find(": non-colocated over colocated |"), std::string::npos) << output;
+  EXPECT_NE(output.find("| 2 / 2 |"), std::string::npos) << output;
 
   std::tie(code, output) = run_command(std::string(HETPAR_BINARY) + " compare --results " + out + " " + out);
   EXPECT_EQ(code, 0) << output;

@@ -4,10 +4,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <map>
 
 #include "metrics/point_repeats.hpp"
 #include "metrics/prediction_order.hpp"
+#include "sweep/speedup_noise.hpp"
+#include "sweep/sweep_groups.hpp"
 #include "util/durable_file.hpp"
 
 namespace hetpar {
@@ -23,30 +26,7 @@ std::string ratio_text(const Json& r, const char* field) {
   return r.contains(field) && r[field].is_number() ? fmt::format("{:.3f}x", r[field].get<double>()) : "-";
 }
 
-// The other axes' values: points that differ only in placement share it.
-std::string group_of(const Json& r) {
-  std::string key;
-  if (!r.contains("axes")) return key;
-  for (const auto& [axis, value] : r["axes"].items()) {
-    if (axis != "placement") key += (key.empty() ? "" : " / ") + value.get<std::string>();
-  }
-  return key.empty() ? "(all)" : key;
-}
-
 std::string side_by_side(const std::vector<const Json*>& ok_runs) {
-  // group -> placement -> the point with the most tokens/s
-  std::map<std::string, std::map<std::string, const Json*>> best;
-  std::map<std::string, const Json*> baseline_of_group;
-  std::map<std::string, const Json*> by_id;
-  for (const Json* r : ok_runs) by_id[r->value("run_id", "")] = r;
-  for (const Json* r : ok_runs) {
-    if (r->value("role", "") != "point") continue;
-    const std::string g = group_of(*r);
-    const Json*& slot = best[g][r->value("placement", "?")];
-    if (!slot || number(*r, "tokens_per_second") > number(*slot, "tokens_per_second")) slot = r;
-    const auto b = by_id.find(r->value("baseline_id", ""));
-    if (b != by_id.end()) baseline_of_group[g] = b->second;
-  }
   std::string out =
       "| setting | colocated / uniform TFLOPS/GPU | non-colocated / colocated tokens/s | non-colocated / colocated "
       "TFLOPS/GPU | non-colocated / uniform tokens/s |\n|---|---|---|---|---|\n";
@@ -54,10 +34,10 @@ std::string side_by_side(const std::vector<const Json*>& ok_runs) {
     return a && b && number(*b, field) > 0 ? fmt::format("{:.3f}x", number(*a, field) / number(*b, field))
                                            : std::string("-");
   };
-  for (const auto& [g, placements] : best) {
-    const Json* coloc = placements.count("colocated") ? placements.at("colocated") : nullptr;
-    const Json* noncoloc = placements.count("non-colocated") ? placements.at("non-colocated") : nullptr;
-    const Json* base = baseline_of_group.count(g) ? baseline_of_group.at(g) : nullptr;
+  for (const auto& [g, points] : points_by_setting(ok_runs)) {
+    const Json* coloc = points.best.count("colocated") ? points.best.at("colocated") : nullptr;
+    const Json* noncoloc = points.best.count("non-colocated") ? points.best.at("non-colocated") : nullptr;
+    const Json* base = points.baseline;
     out += fmt::format("| {} | {} | {} | {} | {} |\n", g, ratio(coloc, base, "tflops_per_gpu"),
                        ratio(noncoloc, coloc, "tokens_per_second"), ratio(noncoloc, coloc, "tflops_per_gpu"),
                        ratio(noncoloc, base, "tokens_per_second"));
@@ -105,7 +85,7 @@ std::string predictions(const std::vector<const Json*>& rows) {
     const double measured = number(*r, "step_seconds_median"), predicted = number(*r, "predicted_step_seconds");
     const double error = predicted / measured - 1;
     errors.push_back(std::abs(error));
-    groups[group_of(*r)].push_back(r);
+    groups[setting_of(*r)].push_back(r);
     // Measured, predicted and error cells for one memory figure, blank where it was not measured.
     const auto memory_cells = [&](const char* measured_key, const char* predicted_key, const char* error_key,
                                   std::vector<double>& errors_of) -> std::string {
@@ -165,7 +145,7 @@ std::string predictions(const std::vector<const Json*>& rows) {
 
 }  // namespace
 
-SweepVerdict sweep_report(const std::vector<Json>& records, const SweepSpec& spec) {
+SweepVerdict sweep_report(const std::vector<Json>& records, const SweepSpec& spec, const std::string& results_dir) {
   std::vector<const Json*> ok_runs;
   int failed = 0, invalid = 0, parity_misses = 0, points = 0;
   std::string failures;
@@ -224,6 +204,7 @@ SweepVerdict sweep_report(const std::vector<Json>& records, const SweepSpec& spe
                         parity);
   }
   text += "\n## Placements side by side\n\n" + side_by_side(ok_rows);
+  if (!results_dir.empty()) text += speedup_noise_section(sweep_speedup_noise(records, results_dir));
   text += pipeline_bubbles(ok_rows);
   text += predictions(ok_rows);
   text += fmt::format("\nLoss parity (max relative difference of each point's loss curve from its baseline's, "
@@ -235,7 +216,7 @@ SweepVerdict sweep_report(const std::vector<Json>& records, const SweepSpec& spe
 }
 
 SweepVerdict write_sweep_report(const std::vector<Json>& records, const SweepSpec& spec, const std::string& path) {
-  SweepVerdict verdict = sweep_report(records, spec);
+  SweepVerdict verdict = sweep_report(records, spec, std::filesystem::path(path).parent_path().string());
   write_file_atomic(path, verdict.text);
   return verdict;
 }

@@ -18,8 +18,11 @@ struct SweepVerdict {
   bool all_ok = false;  // no failed run, and every point within the loss tolerance
 };
 
-SweepVerdict sweep_report(const std::vector<nlohmann::json>& records, const SweepSpec& spec);
-// sweep_report, also written to `path`.
+// `results_dir` holds the runs' directories (their steps give the speed-ups'
+// intervals: sweep/speedup_noise.hpp); "" leaves the intervals out.
+SweepVerdict sweep_report(const std::vector<nlohmann::json>& records, const SweepSpec& spec,
+                          const std::string& results_dir = "");
+// sweep_report of the runs in the directory that holds `path`, also written to `path`.
 SweepVerdict write_sweep_report(const std::vector<nlohmann::json>& records, const SweepSpec& spec,
                                 const std::string& path);
 
