@@ -70,13 +70,15 @@ def load_runs(results_dir):
 
 REPEAT_SUFFIX = re.compile(r"r\d+$")
 POOLED_FIELDS = ["tflops_per_gpu", "tokens_per_second", "image_tokens_per_second", "samples_per_second",
-                 "step_seconds_median", "mfu", "peak_memory_mib", "speedup_tflops", "speedup_tokens"]
+                 "step_seconds_median", "mfu", "peak_memory_mib", *SPEEDUP_FIELDS.values()]
 
 
 def pool_repeats(runs):
     """One record per run: the repeats of `sweep --repeat K` (ids p001r2, b001r3 ...)
     become their first measurement with the median of each figure over the repeats,
-    and `repeats` saying how many there were. Figures then show one bar per point."""
+    and `repeats` saying how many there were; speed-ups are left to be taken against
+    the pooled baseline, the rounds' own kept as a range. Figures then show one bar
+    per point."""
     groups = {}
     for r in runs:
         groups.setdefault(REPEAT_SUFFIX.sub("", str(r.get("run_id"))), []).append(r)
@@ -90,6 +92,13 @@ def pool_repeats(runs):
             values = [num(r.get(field)) for r in group if not math.isnan(num(r.get(field)))]
             if values:
                 first[field] = float(np.median(values))
+            if field in SPEEDUP_FIELDS.values() and len(group) > 1:
+                # As report.md has it: the pooled figure over the pooled baseline's
+                # (speedup() recomputes it), with the range of each round's
+                # speed-up over its own round's baseline beside it.
+                first[field] = None
+                if len(values) > 1:
+                    first[field + "_range"] = (min(values), max(values))
         phases = [r.get("phases") or {} for r in group]
         first["phases"] = {name: float(np.median([p[name] for p in phases if name in p]))
                            for name in {n for p in phases for n in p}}
@@ -203,16 +212,22 @@ def fig_speedup(runs, by_id):
                               (axes[1], "tokens_per_second", "tokens/s speedup")):
         ax.axhline(1.0, ls="--", color=PLACEMENT_COLORS["uniform"], label="uniform baseline")
         for placement in sorted({r.get("placement") for r in points}, key=placement_rank):
-            line = []
+            line, ranges = [], []
             for e in encoders:  # best point per encoder + placement
-                values = [speedup(r, by_id, metric) for r in points
+                values = [(speedup(r, by_id, metric), r) for r in points
                           if str(r.get("encoder_name")) == e and r.get("placement") == placement]
-                values = [v for v in values if not math.isnan(v)]
+                values = [(v, r) for v, r in values if not math.isnan(v)]
                 if values:
-                    line.append((xs[e], max(values)))
+                    best, run = max(values, key=lambda vr: vr[0])
+                    line.append((xs[e], best))
+                    low, high = run.get(SPEEDUP_FIELDS[metric] + "_range") or (best, best)
+                    ranges.append((max(best - low, 0.0), max(high - best, 0.0)))
             if line:
                 lx, ly = zip(*line)
-                ax.plot(lx, ly, "o-", color=PLACEMENT_COLORS.get(placement, OTHER_COLOR), label=placement)
+                colour = PLACEMENT_COLORS.get(placement, OTHER_COLOR)
+                ax.plot(lx, ly, "o-", color=colour, label=placement)
+                if any(lo or hi for lo, hi in ranges):  # repeats: the rounds' range
+                    ax.errorbar(lx, ly, yerr=np.array(ranges).T, fmt="none", ecolor=colour, capsize=3, alpha=0.7)
                 for px, py in line:
                     ax.annotate(f"{py:.2f}", (px, py), xytext=(0, 5), textcoords="offset points",
                                 ha="center", fontsize=7)
@@ -231,7 +246,9 @@ def fig_speedup(runs, by_id):
         ax.minorticks_off()
         ax.set_xticks(values, names, fontsize=8)
         ax.margins(x=0.08, y=0.12)
-    fig.suptitle("Speedup of heterogeneous layouts over the uniform baseline, by encoder size")
+    repeated = any(r.get("repeats", 1) > 1 for r in points)
+    fig.suptitle("Speedup of heterogeneous layouts over the uniform baseline, by encoder size"
+                 + (" (median of the rounds; bars: their range)" if repeated else ""))
     fig.tight_layout()
     return fig
 

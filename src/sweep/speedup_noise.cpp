@@ -99,9 +99,10 @@ std::string speedup_noise_section(const std::vector<SpeedupNoise>& rows) {
   }
   std::string text =
       "\n## Speed-ups and the machine's noise\n\n"
-      "Tokens/s of each point over its reference: the ratio of the medians of every timed step of their runs, "
-      "with a 95% bootstrap interval that resamples runs, then steps; \"within noise\" where the interval holds "
-      "1. Repeated runs of one point differ by more than one run's steps, so a comparison needs at least two "
+      "Tokens/s of each point over its reference: the ratio of the medians of every timed step of their runs "
+      "(the table above takes the median of the runs' medians, so the two can differ a little), with a 95% "
+      "bootstrap interval that resamples runs, then steps; \"within noise\" where the interval holds 1. "
+      "Repeated runs of one point differ by more than one run's steps, so a comparison needs at least two "
       "runs a side (`hetpar sweep --repeat K`).\n\n";
   if (!table.empty()) {
     text += "| comparison | tokens/s ratio | 95% interval | runs (point / reference) | verdict |\n"

@@ -2,6 +2,7 @@
 summary.md has one row per ok run, failed records are skipped, a point whose loss
 curve equals its baseline exactly does not break the log-scale panel, and a missing
 or useless results.jsonl fails with exit code 2 naming the file."""
+import importlib.util
 import json
 import os
 import subprocess
@@ -75,6 +76,13 @@ def results_dir(tmp_path):
     root.mkdir(exist_ok=True)
     (root / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     return root
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("plot_results", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def plot(*args):
@@ -171,9 +179,14 @@ def test_repeats_are_pooled_to_one_bar_at_their_median(results_dir):
     assert "11 with repeats" in done.stdout
     rows = table_rows((results_dir / "plots" / "summary.md").read_text())
     assert len(rows) == 7  # still one row per run
-    # p001: speed-ups 1.20, 1.786, 1.176 -> median 1.20; tflops 0.036, 0.050, 0.040 -> 0.040
+    # p001: tflops 0.036, 0.050, 0.040 -> 0.040 over b001's 0.030, 0.028, 0.034 -> 0.030:
+    # 1.33x, as report.md pools it (the rounds' own speed-ups 1.20, 1.786, 1.176 are its range)
     p001 = [row for row in rows if by_id["p001"]["label"] in row]
-    assert len(p001) == 1 and "1.20×" in p001[0] and "0.04" in p001[0], p001
+    assert len(p001) == 1 and "1.33×" in p001[0] and "0.04" in p001[0], p001
+    # The rounds' range of each speed-up goes with the pooled point (the speed-up figure's bars).
+    pooled = {r["run_id"]: r for r in load_script().pool_repeats(records + extra)}
+    assert pooled["p001"]["speedup_tflops_range"] == (1.176, 1.786)
+    assert "speedup_tflops_range" not in pooled["p002"]  # one run: no range
 
 
 def test_predictions_get_their_own_figure_only_when_there_are_some(results_dir):
