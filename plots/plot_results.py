@@ -70,7 +70,11 @@ def load_runs(results_dir):
 
 REPEAT_SUFFIX = re.compile(r"r\d+$")
 POOLED_FIELDS = ["tflops_per_gpu", "tokens_per_second", "image_tokens_per_second", "samples_per_second",
-                 "step_seconds_median", "mfu", "peak_memory_mib", *SPEEDUP_FIELDS.values()]
+                 "step_seconds_median", "mfu", "peak_memory_mib"]
+
+
+def finite_values(runs, field):
+    return [num(r.get(field)) for r in runs if not math.isnan(num(r.get(field)))]
 
 
 def pool_repeats(runs):
@@ -89,16 +93,17 @@ def pool_repeats(runs):
         if first.get("baseline_id"):
             first["baseline_id"] = REPEAT_SUFFIX.sub("", str(first["baseline_id"]))
         for field in POOLED_FIELDS:
-            values = [num(r.get(field)) for r in group if not math.isnan(num(r.get(field)))]
+            values = finite_values(group, field)
             if values:
                 first[field] = float(np.median(values))
-            if field in SPEEDUP_FIELDS.values() and len(group) > 1:
-                # As report.md has it: the pooled figure over the pooled baseline's
-                # (speedup() recomputes it), with the range of each round's
-                # speed-up over its own round's baseline beside it.
-                first[field] = None
-                if len(values) > 1:
-                    first[field + "_range"] = (min(values), max(values))
+        # As report.md has it: the pooled figure over the pooled baseline's
+        # (speedup() recomputes it), with the range of each round's speed-up
+        # over its own round's baseline beside it.
+        for field in SPEEDUP_FIELDS.values() if len(group) > 1 else ():
+            first[field] = None
+            values = finite_values(group, field)
+            if len(values) > 1:
+                first[field + "_range"] = (min(values), max(values))
         phases = [r.get("phases") or {} for r in group]
         first["phases"] = {name: float(np.median([p[name] for p in phases if name in p]))
                            for name in {n for p in phases for n in p}}
@@ -248,7 +253,7 @@ def fig_speedup(runs, by_id):
         ax.margins(x=0.08, y=0.12)
     repeated = any(r.get("repeats", 1) > 1 for r in points)
     fig.suptitle("Speedup of heterogeneous layouts over the uniform baseline, by encoder size"
-                 + (" (median of the rounds; bars: their range)" if repeated else ""))
+                 + (" (pooled over the rounds; bars: the rounds' own range)" if repeated else ""))
     fig.tight_layout()
     return fig
 

@@ -92,6 +92,14 @@ nlohmann::json ratio(const json& point, const json& baseline, const char* key) {
 
 bool PointRuns::ok() const { return status() == "ok"; }
 
+std::vector<const json*> PointRuns::ok_runs() const {
+  std::vector<const json*> ok;
+  for (const json* r : runs) {
+    if (status_of(*r) == "ok") ok.push_back(r);
+  }
+  return ok;
+}
+
 std::string PointRuns::status() const {
   for (const json* r : runs) {
     if (status_of(*r) != "ok") return status_of(*r);
@@ -128,10 +136,7 @@ PointIndex index_points(const std::vector<json>& records) {
 }
 
 json pooled_record(const PointRuns& point) {
-  std::vector<const json*> ok;
-  for (const json* r : point.runs) {
-    if (status_of(*r) == "ok") ok.push_back(r);
-  }
+  const std::vector<const json*> ok = point.ok_runs();
   if (ok.empty()) throw std::invalid_argument("point '" + point.label + "' has no ok run to pool");
   json out = *ok.front();
   pool_medians(out, ok);

@@ -17,6 +17,7 @@ struct PointRuns {
   std::string label;
   std::vector<const nlohmann::json*> runs;  // in first-seen order of their run ids
   bool ok() const;                          // every run ended "ok"
+  std::vector<const nlohmann::json*> ok_runs() const;  // the runs that ended "ok", in order
   std::string status() const;               // "ok", or the first other status ("failed", ...)
 };
 

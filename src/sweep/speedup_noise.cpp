@@ -16,13 +16,8 @@ using Json = nlohmann::json;
 
 // The finished runs of a label.
 std::vector<const Json*> ok_runs(const PointIndex& index, const std::string& label) {
-  std::vector<const Json*> runs;
-  if (const PointRuns* point = index.find(label)) {
-    for (const Json* r : point->runs) {
-      if (r->value("status", "") == "ok") runs.push_back(r);
-    }
-  }
-  return runs;
+  const PointRuns* point = index.find(label);
+  return point ? point->ok_runs() : std::vector<const Json*>{};
 }
 
 SpeedupNoise compare(const PointIndex& index, const std::string& point, const std::string& reference,

@@ -16,7 +16,7 @@
 namespace hetpar {
 
 struct SpeedupNoise {
-  std::string comparison;  // "p001 over b001", "enc-128x2: non-colocated over colocated"
+  std::string comparison;  // "enc-128x2 / colocated over its baseline", "enc-128x2: non-colocated over colocated"
   double ratio = 0, low = 0, high = 0;  // tokens/s of the point over the reference's
   int point_runs = 0, reference_runs = 0;
   std::string problem;  // why there is no interval ("" when there is)
