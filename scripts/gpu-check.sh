@@ -19,7 +19,10 @@
 #             the published profile and from the measured one (hetpar plan's
 #             "given" layout), against the measurement
 #   multi_gpu with >= 2 GPUs: colocated and non-colocated fp32 parity on NCCL
-#             (boundary all-to-all-v and point-to-point); skipped with 1 GPU
+#             (boundary all-to-all-v and point-to-point), and DP 2 with its
+#             gradient buckets started during the backward against the same
+#             run summing after it (the same losses to the bit); skipped
+#             with 1 GPU
 # It writes OUT/gpu-check.json and prints a table. Without a GPU it exits 3
 # in seconds with "no CUDA device visible".
 #
@@ -113,9 +116,14 @@ stage predict_published 60 $HETPAR plan $THROUGHPUT --devices 1 --top 1 --profil
 
 GPUS=$("$PY" -c "import json; print(json.load(open('$OUT/devices.json'))['cuda_devices'])" 2>/dev/null || echo 0)
 if ((GPUS >= 2)); then
-  TWO="$TINY --set runtime.device=cuda --set run.precision=fp32"
+  # Buckets of 10 KB: the DP sums start on NCCL during the last backward (about 50 buckets a module).
+  TWO="$TINY --set runtime.device=cuda --set run.precision=fp32 --set runtime.grad_bucket_mib=0.01"
   stage uniform_2 120 $HETPAR train $TWO --set layout.llm.dp=2 --out "$OUT/uniform_2" &&
-    stage colocated_2 120 $HETPAR train $TWO --set layout.placement=colocated --set layout.encoder.dp=2 \
+    stage uniform_2_sums_after 120 $HETPAR train $TWO --set layout.llm.dp=2 --set runtime.overlap_grad_reduce=false \
+      --out "$OUT/uniform_2_sums_after" &&
+    stage overlap_same_bits 30 $HETPAR compare "$OUT/uniform_2" "$OUT/uniform_2_sums_after" --rtol 0
+  [[ -f "$OUT/uniform_2/summary.json" ]] &&
+  stage colocated_2 120 $HETPAR train $TWO --set layout.placement=colocated --set layout.encoder.dp=2 \
       --set layout.llm.tp=2 --out "$OUT/colocated_2" &&
     stage colocated_parity 30 $HETPAR compare "$OUT/colocated_2" "$OUT/uniform_2" --rtol 1e-5
   stage noncolocated_2 120 $HETPAR train $TWO --set layout.placement=non-colocated --set layout.run_ahead=2 \

@@ -115,6 +115,13 @@ def main(out):
     else:
         parity("colocated 2 GPUs vs uniform 2", "colocated_2", "uniform_2", 1e-5)
         parity("non-colocated 2 GPUs vs 1", "noncolocated_2", "fp32_cuda", 1e-5)
+        # The DP sums started during the last backward on NCCL: the same losses to the bit as after it.
+        parity("DP sums in the backward vs after it, 2 GPUs", "uniform_2", "uniform_2_sums_after", 0.0)
+        run_summary = out / "uniform_2" / "summary.json"
+        buckets = json.loads(run_summary.read_text()).get("grad_buckets") if run_summary.exists() else None
+        check("DP buckets started in the backward, 2 GPUs", buckets["started_in_backward"] > 0 if buckets else None,
+              f"{buckets['started_in_backward']} of {buckets['buckets']} on rank 0" if buckets else "no summary",
+              "more than 0")
 
     report = {"format": "hetpar-gpu-check/1", "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
               "devices": devices, "stages": stages, "checks": checks}

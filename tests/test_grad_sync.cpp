@@ -1,12 +1,16 @@
-// The gradients' sum over data-parallel replicas on 2 and 4 real Gloo ranks,
+// The gradients' sum over data-parallel replicas on 2, 3 and 4 real Gloo ranks,
 // against the sum computed locally: gradients shared into buckets with
 // others, one alone in its bucket (summed in place), one not contiguous, and
 // one this rank never produced (every replica must send the same layout).
+// And the reducer that starts buckets during the step's last backward
+// (train/grad_reducer.hpp) on a real autograd graph: when they start, that
+// the sums are those of a reduction after the backward to the bit, and that a
+// gradient landing after its bucket started is an error.
 #include <ATen/ATen.h>
 
 #include "model/param_init.hpp"
 #include "tests/dist_harness.hpp"
-#include "train/grad_sync.hpp"
+#include "train/grad_reducer.hpp"
 
 namespace hetpar::test {
 namespace {
@@ -53,6 +57,119 @@ TEST_P(GradSync, SumsEveryGradientOverTheReplicas) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, GradSync, ::testing::Values(2, 4));
+
+}  // namespace
+}  // namespace hetpar::test
+
+namespace hetpar::test {
+namespace {
+
+// A chain of square weights, 8x8 floats (256 bytes) each, the input the
+// rank's own: out = x W0 W1 ... W5, loss = sum(out * out).
+struct Chain {
+  std::vector<at::Tensor> weights;
+  at::Tensor unused;  // trains, but no micro-batch reaches it
+  Chain() {
+    for (int i = 0; i < 6; ++i) {
+      weights.push_back(init_normal(7, "w" + std::to_string(i), {8, 8}, 0.3).set_requires_grad(true));
+    }
+    unused = at::zeros({4}).set_requires_grad(true);
+  }
+  // Reverse of the forward: the order the backward finishes them in.
+  std::vector<at::Tensor> reduction_order() const {
+    std::vector<at::Tensor> order(weights.rbegin(), weights.rend());
+    order.push_back(unused);
+    return order;
+  }
+  void backward(int rank, int micro) const {
+    at::Tensor out = init_normal(200 + rank, "x" + std::to_string(micro), {3, 8}, 1.0);
+    for (const at::Tensor& w : weights) out = out.matmul(w);
+    (out * out).sum().backward();
+  }
+};
+
+// Two micro-batches, the reduction armed before the second's backward:
+// buckets of two weights (512 bytes) start while that backward is still on
+// the weights before them, the sums match a reduction of the same gradients
+// after the backward to the bit, and the bucket holding the parameter that
+// never got a gradient waits for finish() and sums zeros.
+HETPAR_WORKER(grad_reducer_overlaps_the_last_backward) {
+  Group& dp = rt.world();
+  const Chain overlapped, after;
+  GradReducer reducer(overlapped.reduction_order(), dp, /*bucket_bytes=*/512, /*overlap=*/true);
+  GradReducer reference(after.reduction_order(), dp, /*bucket_bytes=*/512, /*overlap=*/false);
+  int started_when_w0_was_reached = -1;
+  overlapped.weights[0].register_hook([&](const at::Tensor& g) {
+    started_when_w0_was_reached = reducer.last_step().started_in_backward;
+    return g;
+  });
+  for (GradReducer* r : {&reducer, &reference}) r->begin_step();
+  overlapped.backward(rt.rank(), 0);
+  require(reducer.last_step().started_in_backward == 0, "a bucket started before the reduction was armed");
+  reducer.arm();
+  overlapped.backward(rt.rank(), 1);
+  after.backward(rt.rank(), 0);
+  after.backward(rt.rank(), 1);
+  // Buckets {w5, w4}, {w3, w2} ready before w0's gradient; {w1, w0} after it; {unused} only at finish.
+  require(started_when_w0_was_reached == 2, "{} buckets had started when the backward reached w0, not 2",
+          started_when_w0_was_reached);
+  require(reducer.last_step().buckets == 4 && reducer.last_step().started_in_backward == 3,
+          "{} of {} buckets started in the backward, not 3 of 4", reducer.last_step().started_in_backward,
+          reducer.last_step().buckets);
+  // Each bucket of two is a 512-byte copy: starting the third completed the first.
+  require(reducer.last_step().most_copy_bytes == 1024, "{} bytes of bucket copies were alive at once, not 1024",
+          reducer.last_step().most_copy_bytes);
+  reducer.finish();
+  reference.finish();
+  for (size_t i = 0; i < overlapped.weights.size(); ++i) {
+    require(at::equal(overlapped.weights[i].grad(), after.weights[i].grad()), "w{}: not the same sum", i);
+  }
+  require(at::equal(overlapped.unused.grad(), at::zeros({4})), "the gradient never produced is not zeros");
+  // The sum over ranks, computed here for every rank's inputs.
+  const Chain local;
+  for (int r = 0; r < dp.size(); ++r) {
+    local.backward(r, 0);
+    local.backward(r, 1);
+  }
+  for (size_t i = 0; i < local.weights.size(); ++i) {
+    expect_close(overlapped.weights[i].grad(), local.weights[i].grad(), "w" + std::to_string(i), 1e-6, 1e-6);
+  }
+}
+
+// Armed too early (before the first of two micro-batches): the second
+// backward's gradients land in buckets already summed, which must be an
+// error naming the parameter, not a sum that leaves them out.
+HETPAR_WORKER(grad_reducer_refuses_a_gradient_after_its_sum_started) {
+  const Chain chain;
+  std::vector<std::string> names;
+  for (int i = 5; i >= 0; --i) names.push_back("w" + std::to_string(i));
+  names.push_back("unused");
+  GradReducer reducer(chain.reduction_order(), rt.world(), /*bucket_bytes=*/512, /*overlap=*/true, names);
+  reducer.begin_step();
+  reducer.arm();
+  chain.backward(rt.rank(), 0);
+  std::string error;
+  try {
+    chain.backward(rt.rank(), 1);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  require(error.find("the gradient of w5 landed after its data-parallel bucket's sum started") != std::string::npos,
+          "no clear error for a gradient after its sum started: '{}'", error);
+  reducer.finish();  // every rank started the same buckets: they complete
+}
+
+class GradReducerRanks : public ::testing::TestWithParam<int> {};
+
+TEST_P(GradReducerRanks, StartsBucketsInTheLastBackwardWithTheSameSums) {
+  EXPECT_TRUE(all_ranks_succeeded(run_workers("grad_reducer_overlaps_the_last_backward", GetParam())));
+}
+
+TEST_P(GradReducerRanks, RefusesAGradientAfterItsSumStarted) {
+  EXPECT_TRUE(all_ranks_succeeded(run_workers("grad_reducer_refuses_a_gradient_after_its_sum_started", GetParam())));
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, GradReducerRanks, ::testing::Values(2, 3));
 
 }  // namespace
 }  // namespace hetpar::test

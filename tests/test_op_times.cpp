@@ -220,6 +220,35 @@ TEST(OpTimes, ACollectiveWaitsForTheRanksDriftOverTheComputeBeforeIt) {
   EXPECT_THROW(Profile::from_json(j, "bad"), std::runtime_error);
 }
 
+// With runtime.overlap_grad_reduce, on a device each module's last backward
+// hides up to its length of the gradient sums (every bucket but the last
+// starts during it); on shared CPU cores, and with one bucket, nothing hides.
+TEST(OpTimes, TheLastBackwardHidesTheGradientSumsOnADevice) {
+  json slow_sums = flat_profile(1e9, 2);
+  slow_sums["collectives"][0]["bytes_per_second"] = 1e6;  // all_reduce: far longer than a backward
+  const Profile cpu = Profile::from_json(slow_sums, "cpu");
+  slow_sums["gpus_per_node"] = 8;
+  const Profile device = Profile::from_json(slow_sums, "device");
+  const std::vector<std::string> dp2 = {"layout.llm.dp=2", "data.micro_batch_size=1", "runtime.grad_bucket_mib=0.01"};
+  const auto with = [&](std::vector<std::string> sets, const char* more) {
+    sets.push_back(more);
+    return load_run_config(HETPAR_SOURCE_DIR "/workloads/tiny.toml", sets);
+  };
+  const RunConfig on = with(dp2, "runtime.overlap_grad_reduce=true");
+  const RunConfig off = with(dp2, "runtime.overlap_grad_reduce=false");
+  const OpTimes device_on = op_times(on, device), device_off = op_times(off, device);
+  ASSERT_GT(device_off.per_step, 10 * (device_off.llm_backward[0] + device_off.encoder_backward[0]));
+  // Uniform: both modules over DP 2, each sum hiding behind its own last backward.
+  EXPECT_NEAR(device_off.per_step - device_on.per_step, device_on.llm_backward[0] + device_on.encoder_backward[0],
+              1e-9 * device_off.per_step);
+  EXPECT_EQ(op_times(on, cpu).per_step, op_times(off, cpu).per_step);
+  const RunConfig one_bucket_on = with({"layout.llm.dp=2", "data.micro_batch_size=1", "runtime.grad_bucket_mib=1024"},
+                                       "runtime.overlap_grad_reduce=true");
+  const RunConfig one_bucket_off = with({"layout.llm.dp=2", "data.micro_batch_size=1", "runtime.grad_bucket_mib=1024"},
+                                        "runtime.overlap_grad_reduce=false");
+  EXPECT_EQ(op_times(one_bucket_on, device).per_step, op_times(one_bucket_off, device).per_step);
+}
+
 TEST(OpTimes, MoreRanksThanCoresTakeTheCoresTimeForEveryonesCompute) {
   // DP4, every rank equally busy: on 4 cores the schedule's time, on 2 twice it.
   const RunConfig dp4 = load_run_config(HETPAR_SOURCE_DIR "/workloads/tiny.toml",

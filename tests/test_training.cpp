@@ -21,13 +21,21 @@ namespace {
 // compounded through 20 AdamW steps.
 constexpr double kLossRtol = 1e-5;
 
+// Every run sums its data-parallel gradients in buckets of about 10 KB (the
+// tiny model's LLM takes about 50), started during the last backward as
+// gradients land (runtime.overlap_grad_reduce, on by default): every parity
+// case below checks the overlapped reduction of its schedule.
+constexpr const char* kSmallBuckets = " --set runtime.grad_bucket_mib=0.01";
+
+// ctest runs tests in parallel processes: each gets its own folders.
+std::string run_dir(const std::string& tag) { return ::testing::TempDir() + "/train_" + tag + "_" + std::to_string(getpid()); }
+
 std::vector<nlohmann::json> train(const std::string& tag, const std::string& sets, int step_count = 20) {
-  // ctest runs tests in parallel processes: each gets its own folders.
-  const std::string dir = ::testing::TempDir() + "/train_" + tag + "_" + std::to_string(getpid());
+  const std::string dir = run_dir(tag);
   std::filesystem::remove_all(dir);
   const auto [code, out] = run_command(std::string(HETPAR_BINARY) + " train " HETPAR_SOURCE_DIR
                                        "/workloads/tiny.toml --set run.steps=" + std::to_string(step_count) +
-                                       " --set data.global_batch_size=4 " + sets + " --out " + dir);
+                                       " --set data.global_batch_size=4" + kSmallBuckets + " " + sets + " --out " + dir);
   EXPECT_EQ(code, 0) << out;
   std::vector<nlohmann::json> steps;
   std::ifstream file(dir + "/steps.jsonl");
@@ -108,6 +116,36 @@ TEST_F(TrainingParity, MicroBatchingAndDpSplitDoNotMatter) {
   const double diff = max_relative_loss_difference(run, *reference_);
   std::printf("dp2 with micro-batches of 1 vs 1 rank: max relative loss difference %.3g\n", diff);
   EXPECT_LE(diff, kLossRtol);
+}
+
+// Starting the data-parallel buckets during the last backward changes when
+// the sums run, not what they sum: the same losses and gradient norms to the
+// bit as summing after the backward, with buckets really started in it (the
+// first rank's count, summed over its modules), under each kind of schedule.
+TEST(GradReduceOverlap, SameRunToTheBitAsReducingAfterTheBackward) {
+  const std::vector<std::pair<const char*, const char*>> layouts = {
+      {"dp2_bf16", "--set layout.llm.dp=2 --set data.micro_batch_size=1 --set run.precision=bf16"},
+      {"coloc_pp2", "--set layout.placement=colocated --set layout.encoder.dp=4 --set layout.llm.pp=2 --set layout.llm.dp=2 --set data.micro_batch_size=1"},
+      {"noncoloc_enc_pp2", "--set layout.placement=non-colocated --set layout.encoder.pp=2 --set layout.encoder.dp=2 --set layout.llm.dp=2 --set data.micro_batch_size=1"}};
+  for (const auto& [name, sets] : layouts) {
+    const auto on = train(std::string("overlap_on_") + name, sets, 6);
+    const auto off = train(std::string("overlap_off_") + name, std::string(sets) + " --set runtime.overlap_grad_reduce=false", 6);
+    ASSERT_EQ(on.size(), 6u) << name;
+    ASSERT_EQ(off.size(), 6u) << name;
+    for (size_t i = 0; i < on.size(); ++i) {
+      EXPECT_EQ(on[i]["loss"].get<double>(), off[i]["loss"].get<double>()) << name << " step " << i + 1;
+      EXPECT_EQ(on[i]["grad_norm"].get<double>(), off[i]["grad_norm"].get<double>()) << name << " step " << i + 1;
+    }
+    std::ifstream on_file(run_dir(std::string("overlap_on_") + name) + "/summary.json");
+    std::ifstream off_file(run_dir(std::string("overlap_off_") + name) + "/summary.json");
+    const auto on_buckets = nlohmann::json::parse(on_file)["grad_buckets"];
+    const auto off_buckets = nlohmann::json::parse(off_file)["grad_buckets"];
+    std::printf("%s: %d of %d buckets started in the backward (off: %d)\n", name, on_buckets["started_in_backward"].get<int>(),
+                on_buckets["buckets"].get<int>(), off_buckets["started_in_backward"].get<int>());
+    EXPECT_GT(on_buckets["buckets"].get<int>(), 5) << name;
+    EXPECT_GT(on_buckets["started_in_backward"].get<int>(), 0) << name;
+    EXPECT_EQ(off_buckets["started_in_backward"].get<int>(), 0) << name;
+  }
 }
 
 // Heterogeneous layouts: the same model, data and seed as the uniform

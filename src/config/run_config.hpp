@@ -90,6 +90,8 @@ struct RuntimeConfig {
   bool nccl_split = true;         // nccl: sub-groups split from the world's communicator
   bool tf32 = false;              // cuda, fp32: let cuBLAS round matmul inputs to TF32 (faster, ~1e-3)
   double timeout_s = 60.0;        // per collective call and for rendezvous
+  bool overlap_grad_reduce = true;  // start DP gradient buckets during the step's last backward
+  double grad_bucket_mib = 32.0;    // most bytes a DP gradient bucket holds (one larger parameter alone)
   int64_t intra_op_threads = 1;   // torch intra-op threads per rank
   int64_t profile_step = 0;       // record an op-level profile of this step (0: none)
 };

@@ -37,6 +37,15 @@ Constraint positive_finite() {
           }};
 }
 
+// A size in MiB that fits a byte count: up to 1 TiB.
+Constraint mib_size() {
+  return {"in (0, 1048576]", [](const SchemaValue& value) {
+            const double got = std::get<double>(value);
+            return got > 0 && got <= 1048576.0 ? std::string()
+                                               : "must be a size in MiB in (0, 1048576], got " + toml_literal(value);
+          }};
+}
+
 Constraint non_negative_finite() {
   return {">= 0", [](const SchemaValue& value) {
             const double got = std::get<double>(value);
@@ -251,6 +260,11 @@ std::vector<SchemaKey> build_schema() {
           "nccl: create every sub-group by splitting the world's communicator (one collective, no new "
           "rendezvous); false initialises each on its own"),
       runtime.key<&RuntimeConfig::timeout_s>("timeout_s", positive_finite(), "seconds a collective or the rendezvous may take"),
+      runtime.key<&RuntimeConfig::overlap_grad_reduce>("overlap_grad_reduce", any_value(),
+          "start each data-parallel gradient bucket's sum as soon as its gradients are final in the step's last "
+          "backward, instead of all of them after it (the sums are the same to the bit)"),
+      runtime.key<&RuntimeConfig::grad_bucket_mib>("grad_bucket_mib", mib_size(),
+          "MiB of gradients summed over data-parallel replicas in one collective (a larger parameter alone)"),
       runtime.key<&RuntimeConfig::intra_op_threads>("intra_op_threads", at_least(1), "torch intra-op threads per rank"),
       runtime.key<&RuntimeConfig::profile_step>("profile_step", at_least(0),
           "record an op-level profile of this step on every rank (OUT/profile_rank<R>.json and .txt); 0 = none"),

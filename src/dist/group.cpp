@@ -180,6 +180,17 @@ Group::Pending Group::irecv(at::Tensor buffer, int src, int tag) {
   return Pending(this, start("recv", [&] { return backend_->recv(tensors, src, tag); }), buffer, "recv", id);
 }
 
+Group::Pending Group::iall_reduce(at::Tensor tensor) {
+  if (!tensor.is_contiguous()) fail("all_reduce", "the tensor must be contiguous");
+  if (size() == 1) return Pending(this, nullptr, tensor, "all_reduce");
+  RECORD_FUNCTION("group::iall_reduce", std::vector<c10::IValue>{tensor});  // named in op profiles
+  std::vector<at::Tensor> tensors{tensor};
+  c10d::AllreduceOptions opts;
+  opts.timeout = timeout_;
+  const int64_t id = trace("all_reduce", tensor);
+  return Pending(this, start("all_reduce", [&] { return backend_->allreduce(tensors, opts); }), tensor, "all_reduce", id);
+}
+
 at::Tensor Group::Pending::wait() {
   if (work_) group_->wait(work_, call_, trace_id_);
   work_.reset();

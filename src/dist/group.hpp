@@ -66,6 +66,9 @@ class Group {
     int64_t trace_id_;  // the op's index in the communication trace, -1 when off
   };
   Pending isend(const at::Tensor& tensor, int dst, int tag);
+  // A sum over the members, in place in `tensor` (contiguous), started now and
+  // finished by wait(): a data-parallel bucket reduced while the backward goes on.
+  Pending iall_reduce(at::Tensor tensor);
   Pending irecv(at::Tensor buffer, int src, int tag);
   void barrier();
 

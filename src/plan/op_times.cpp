@@ -314,13 +314,25 @@ OpEstimate estimate_ops(const RunConfig& c, const Profile& p) {
                                           members_per_node(p, llm_first, stage_stride, pl.llm.pp));
 
   // Once a step: each module's gradients summed over its DP x CP group in
-  // 32 MiB buckets, the norm's all-reduce, and AdamW (param, grad, two
-  // moments read, three written: 7 floats a parameter) at the add bandwidth.
-  const auto sync = [&](double parameters, int first, int stride, int group) {
+  // runtime.grad_bucket_mib buckets, the norm's all-reduce, and AdamW (param,
+  // grad, two moments read, three written: 7 floats a parameter) at the add
+  // bandwidth. With runtime.overlap_grad_reduce every bucket but the last
+  // starts during the module's last backward of the step
+  // (train/grad_reducer.hpp). On a device that backward hides up to its own
+  // length of the sums (the collectives run beside it on their own stream);
+  // the last bucket starts as it ends and hides nothing. On CPU cores the
+  // sums take the cores the backward needs: 2 ranks on 2 cores, 200M
+  // parameters a rank, moved 0.4 s from the sum into the backward and left
+  // the step as it was, so there the model hides nothing.
+  const auto sync = [&](double parameters, int first, int stride, int group, const std::vector<double>& backward) {
+    if (group <= 1) return 0.0;
     const double bytes = kFp32 * parameters;
-    const double buckets = std::max(1.0, std::ceil(bytes / (32 << 20)));
+    const double buckets = std::max(1.0, std::ceil(bytes / (c.runtime.grad_bucket_mib * (1 << 20))));
     const int spans = members_per_node(p, first, stride, group);
-    return group > 1 ? buckets * p.collective_seconds("all_reduce", group, bytes / buckets, spans) : 0.0;
+    const double all = buckets * p.collective_seconds("all_reduce", group, bytes / buckets, spans);
+    if (!c.runtime.overlap_grad_reduce || p.cores() > 0 || backward.empty()) return all;
+    const double last_backward = *std::min_element(backward.begin(), backward.end());  // the stage that hides least
+    return std::max(all / buckets, all - last_backward);
   };
   const double llm_params = static_cast<double>(llm_parameters(llm)) / (pl.llm.tp * pl.llm.pp);
   const double enc_params = (static_cast<double>(enc.frozen ? 0 : encoder_parameters(enc)) +
@@ -328,8 +340,8 @@ OpEstimate estimate_ops(const RunConfig& c, const Profile& p) {
                             (pl.encoder.tp * pl.encoder.pp);
   const double llm_optimizer = p.memory_seconds("add", 7 * kFp32 * llm_params);
   const double enc_optimizer = p.memory_seconds("add", 7 * kFp32 * enc_params);
-  const double llm_side = sync(llm_params, llm_first, pl.llm.tp, pl.llm.dp * pl.llm.cp) + llm_optimizer;
-  const double enc_side = sync(enc_params, enc_first, pl.encoder.tp, pl.encoder.dp) + enc_optimizer;
+  const double llm_side = sync(llm_params, llm_first, pl.llm.tp, pl.llm.dp * pl.llm.cp, t.llm_backward) + llm_optimizer;
+  const double enc_side = sync(enc_params, enc_first, pl.encoder.tp, pl.encoder.dp, t.encoder_backward) + enc_optimizer;
   const double norm = p.collective_seconds("all_reduce", world, 8, members_per_node(p, 0, 1, world));
   t.per_step = norm + (pl.placement == Placement::NonColocated ? std::max(llm_side, enc_side) : llm_side + enc_side);
   out.compute_seconds += pl.llm.size() * llm_optimizer + pl.encoder.size() * enc_optimizer;

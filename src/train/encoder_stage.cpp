@@ -66,6 +66,7 @@ void EncoderStage::backward(int64_t micro) {
   }
   if (grad.defined()) {
     auto timed = ctx_.timer.measure(Phase::kEncoderBackward);
+    before_encoder_backward(ctx_, micro);
     backward_if_graph(f.output, grad.to(f.output.scalar_type()));
   }
   if (!first && trains_ && f.images > 0) {

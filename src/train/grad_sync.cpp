@@ -7,28 +7,6 @@
 namespace hetpar {
 namespace {
 
-// A gradient alone in its bucket (one at least the bucket's size, or the
-// last) is summed where it lies; a bucket of several is flattened into one
-// tensor and copied back: 16 bytes a value more, paid only by small ones.
-void reduce_bucket(std::vector<at::Tensor>& grads, Group& dp) {
-  if (grads.empty()) return;
-  if (grads.size() == 1 && grads[0].is_contiguous()) {
-    dp.all_reduce(grads[0]);
-    grads.clear();
-    return;
-  }
-  std::vector<at::Tensor> flat;
-  for (const at::Tensor& g : grads) flat.push_back(g.reshape({-1}));
-  at::Tensor bucket = at::cat(flat);
-  dp.all_reduce(bucket);
-  int64_t at = 0;
-  for (at::Tensor& g : grads) {
-    g.copy_(bucket.narrow(0, at, g.numel()).view_as(g));
-    at += g.numel();
-  }
-  grads.clear();
-}
-
 std::vector<at::Tensor> defined_grads(const std::vector<at::Tensor>& params) {
   std::vector<at::Tensor> grads;
   for (const at::Tensor& p : params) {
@@ -46,23 +24,6 @@ at::Tensor squared_norm(const std::vector<at::Tensor>& params) {
 }
 
 }  // namespace
-
-void all_reduce_gradients(const std::vector<at::Tensor>& params, Group& dp, int64_t bucket_bytes) {
-  if (dp.size() == 1) return;
-  std::vector<at::Tensor> bucket;
-  int64_t bytes = 0;
-  for (const at::Tensor& p : params) {
-    at::Tensor g = p.mutable_grad();
-    if (!g.defined()) g = p.mutable_grad() = at::zeros_like(p);  // every replica sends the same layout
-    if (bytes + g.nbytes() > static_cast<size_t>(bucket_bytes)) {
-      reduce_bucket(bucket, dp);
-      bytes = 0;
-    }
-    bucket.push_back(g);
-    bytes += static_cast<int64_t>(g.nbytes());
-  }
-  reduce_bucket(bucket, dp);
-}
 
 at::Tensor global_grad_norm(Group& world, const std::vector<NormShare>& shares, const at::Device& device) {
   at::Tensor total = at::zeros({1}, at::TensorOptions(at::kDouble).device(device));

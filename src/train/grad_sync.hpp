@@ -1,5 +1,5 @@
-// Gradient reduction across data-parallel replicas, the global gradient norm
-// and clipping.
+// The global gradient norm, clipping and the learning-rate schedule (the
+// gradients' sum over data-parallel replicas: train/grad_reducer.hpp).
 #pragma once
 
 #include <vector>
@@ -8,11 +8,6 @@
 #include "train/multimodal_model.hpp"
 
 namespace hetpar {
-
-// Sums gradients over `dp` in flat buckets of at most `bucket_bytes` (one
-// collective per bucket, not per parameter). The loss is already divided by
-// the global target-token count, so a sum is the right reduction.
-void all_reduce_gradients(const std::vector<at::Tensor>& params, Group& dp, int64_t bucket_bytes = 32 << 20);
 
 // What one module on this rank adds to the global squared norm. After the
 // DP x CP reduction replicas hold equal gradients, so only the first (DP and

@@ -46,6 +46,7 @@ void PipelineStage::backward(int64_t micro) {
   InFlight& f = in_flight_.at(micro);
   if (last) {
     auto timed = ctx_.timer.measure(Phase::kLlmBackward);
+    before_llm_backward(ctx_, micro);
     f.output.backward();
   } else {
     at::Tensor grad = at::empty(f.output.sizes(), ctx_.model.options(at::kFloat));
@@ -54,6 +55,7 @@ void PipelineStage::backward(int64_t micro) {
       p2p_group(ctx_, Channel::kLlmStages, true).recv(grad, stage_peer(ctx_.groups.llm(), +1), gradient_tag(Channel::kLlmStages, micro));
     }
     auto timed = ctx_.timer.measure(Phase::kLlmBackward);
+    before_llm_backward(ctx_, micro);
     backward_if_graph(f.output, grad.to(f.output.scalar_type()));
   }
   if (first) {

@@ -50,13 +50,14 @@ at::Tensor sequential_micro_batch(const StepContext& ctx, int64_t micro) {
   // encoder knows no CP) and keeps the rows of its own positions.
   Group& cp = llm.get(GroupKind::kCp);
   const at::Tensor llm_rows = uniform && cp.size() > 1 ? image_rows_of_part(rows_in, batch.image_mask_host, cp) : arrived_in;
-  const at::Tensor loss_share = llm_forward_backward(ctx, batch, llm_rows);
+  const at::Tensor loss_share = llm_forward_backward(ctx, micro, batch, llm_rows);
   if (exchange) {  // a collective: every rank takes part, rows or not
     auto timed = ctx.timer.measure(Phase::kBoundaryBackward);
     torch::autograd::backward({arrived}, {grad_or_zeros(arrived_in)});
   }
   {
     auto timed = ctx.timer.measure(Phase::kEncoderBackward);
+    before_encoder_backward(ctx, micro);
     backward_if_graph(rows, grad_or_zeros(rows_in));
   }
   return loss_share;
@@ -64,7 +65,15 @@ at::Tensor sequential_micro_batch(const StepContext& ctx, int64_t micro) {
 
 }  // namespace
 
-at::Tensor llm_forward_backward(const StepContext& ctx, const MicroBatch& whole, const at::Tensor& rows) {
+void before_llm_backward(const StepContext& ctx, int64_t micro) {
+  if (ctx.reductions.llm != nullptr && micro == ctx.micro_batches - 1) ctx.reductions.llm->arm();
+}
+
+void before_encoder_backward(const StepContext& ctx, int64_t micro) {
+  if (ctx.reductions.encoder != nullptr && micro == ctx.micro_batches - 1) ctx.reductions.encoder->arm();
+}
+
+at::Tensor llm_forward_backward(const StepContext& ctx, int64_t micro, const MicroBatch& whole, const at::Tensor& rows) {
   Group& cp = ctx.groups.llm().get(GroupKind::kCp);
   const MicroBatch batch = cp.size() > 1 ? sequence_part(whole, cp) : whole;
   at::Tensor loss;
@@ -75,6 +84,7 @@ at::Tensor llm_forward_backward(const StepContext& ctx, const MicroBatch& whole,
   }
   {
     auto timed = ctx.timer.measure(Phase::kLlmBackward);
+    before_llm_backward(ctx, micro);
     loss.backward();
   }
   // TP peers hold the same loss: one of them reports it (each CP rank its part's).

@@ -19,9 +19,17 @@
 #include "data/synthetic_data.hpp"
 #include "dist/module_groups.hpp"
 #include "metrics/phase_timer.hpp"
+#include "train/grad_reducer.hpp"
 #include "train/multimodal_model.hpp"
 
 namespace hetpar {
+
+// Each module's gradient sum over its DP x CP group on this rank
+// (train/grad_reducer.hpp); null where it has none to do.
+struct StepReductions {
+  GradReducer* encoder = nullptr;
+  GradReducer* llm = nullptr;
+};
 
 struct StepContext {
   MultimodalModel& model;
@@ -33,7 +41,21 @@ struct StepContext {
   int64_t step = 0;
   int64_t micro_batches = 0;
   double target_tokens = 0;  // the loss divisor: target tokens of the whole step
+  StepReductions reductions = {};
 };
+
+// Every schedule calls these just before a module's backward of micro-batch
+// `micro`. Each runs a module's backwards in micro-batch order, so the last
+// micro-batch's is the module's last of the step on this rank: its reduction
+// is armed then, and starts buckets as their gradients land. It is the same
+// point of the schedule on every rank, which keeps every rank's collectives
+// in one order across communicators (and on a communicator two groups
+// share): an encoder replica with no images in the last micro-batch starts
+// its buckets in finish(), where a replica with images would have started
+// them last in its backward, so the order is the same. Arming at each
+// replica's own last micro-batch with images would not keep it.
+void before_llm_backward(const StepContext& ctx, int64_t micro);
+void before_encoder_backward(const StepContext& ctx, int64_t micro);
 
 // Returns this rank's share of the step's loss (the LLM's TP rank 0 of each
 // replica reports its samples; every other rank 0) as a scalar tensor: it is
@@ -89,11 +111,12 @@ at::Tensor run_llm_pipeline(const StepContext& ctx, ImageRows* stage0_rows);
 // Uniform placement with LLM PP: the encoder runs with the first stage.
 at::Tensor run_uniform_pipeline(const StepContext& ctx);
 
-// LLM forward and backward of this rank's `batch` (whole sequences; under
-// LLM CP it takes its part), its image rows given by `rows` (those of its
-// part; a stage input: the gradient stays in rows.grad()). Returns this
-// rank's share of the loss, detached (0 off the LLM's TP rank 0).
-at::Tensor llm_forward_backward(const StepContext& ctx, const MicroBatch& batch, const at::Tensor& rows);
+// LLM forward and backward of this rank's `batch` of micro-batch `micro`
+// (whole sequences; under LLM CP it takes its part), its image rows given by
+// `rows` (those of its part; a stage input: the gradient stays in
+// rows.grad()). Returns this rank's share of the loss, detached (0 off the
+// LLM's TP rank 0).
+at::Tensor llm_forward_backward(const StepContext& ctx, int64_t micro, const MicroBatch& batch, const at::Tensor& rows);
 
 // The gradient a stage input received, or zeros where none flowed to it.
 at::Tensor grad_or_zeros(const at::Tensor& stage_input);

@@ -51,7 +51,7 @@ at::Tensor llm_side(const StepContext& ctx) {
   for (int64_t m = 0; m < ctx.micro_batches; ++m) {
     const MicroBatch batch = ctx.data.micro_batch(ctx.step, first_sample(c, ctx.groups.llm().coord().dp, m),
                                                   c.data.micro_batch_size, /*with_pixels=*/false);
-    const at::Tensor share = llm_forward_backward(ctx, batch, rows.forward(m, batch));
+    const at::Tensor share = llm_forward_backward(ctx, m, batch, rows.forward(m, batch));
     loss_share = loss_share.defined() ? loss_share + share : share;
     rows.backward(m);
   }

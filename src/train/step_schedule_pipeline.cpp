@@ -41,6 +41,7 @@ class EncoderRows : public ImageRows {
     InFlight& f = in_flight_.at(micro);
     {
       auto timed = ctx_.timer.measure(Phase::kEncoderBackward);
+      before_encoder_backward(ctx_, micro);
       backward_if_graph(f.rows, grad_or_zeros(f.input));
     }
     in_flight_.erase(micro);

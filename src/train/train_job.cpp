@@ -25,6 +25,7 @@
 #include "train/step_report.hpp"
 #include "train/step_schedule.hpp"
 #include "train/fused_adamw.hpp"
+#include "train/grad_reducer.hpp"
 #include "train/grad_sync.hpp"
 #include "train/multimodal_model.hpp"
 #include "util/durable_file.hpp"
@@ -62,6 +63,37 @@ std::vector<nlohmann::json> steps_up_to(const std::string& run_dir, int64_t last
     if (s.at("step").get<int64_t>() <= last_step) kept.push_back(std::move(s));
   }
   return kept;
+}
+
+// A module's trainable parameters, and their names, in the reverse of the
+// order the model registers them (the forward's): about the order the last
+// backward finishes their gradients in, so buckets of them fill one by one.
+struct ReductionOrder {
+  std::vector<at::Tensor> params;
+  std::vector<std::string> names;
+};
+ReductionOrder reduction_order(const MultimodalModel& model, bool encoder_side, size_t expected) {
+  ReductionOrder order;
+  const auto named = model.named_parameters();
+  for (auto it = named.rbegin(); it != named.rend(); ++it) {
+    if (it->on_encoder_side != encoder_side || !it->tensor.requires_grad()) continue;
+    order.params.push_back(it->tensor);
+    order.names.push_back(it->name);
+  }
+  if (order.params.size() != expected) {
+    throw std::logic_error(fmt::format("the {} has {} trainable parameters but names {}",
+                                       encoder_side ? "encoder" : "llm", expected, order.params.size()));
+  }
+  return order;
+}
+
+std::optional<GradReducer> make_reduction(const MultimodalModel& model, bool encoder_side, size_t expected,
+                                          ModuleGroups& module, const RuntimeConfig& runtime) {
+  if (!module.active()) return std::nullopt;
+  ReductionOrder order = reduction_order(model, encoder_side, expected);
+  const auto bucket_bytes = std::max<int64_t>(1, static_cast<int64_t>(runtime.grad_bucket_mib * (1 << 20)));
+  return std::optional<GradReducer>(std::in_place, std::move(order.params), module.get(GroupKind::kDataContext),
+                                    bucket_bytes, runtime.overlap_grad_reduce, std::move(order.names));
 }
 
 // The run's summary.json: its metadata, the steps it ran, medians after the warm-up.
@@ -104,6 +136,12 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
   auto first_replica = [](const ModuleGroups& m) { return m.coord().dp == 0 && m.coord().cp == 0; };
   if (encoder.active()) norm_shares.push_back({&encoder_params, first_replica(encoder), encoder.coord().tp == 0});
   if (llm.active()) norm_shares.push_back({&llm_params, first_replica(llm), llm.coord().tp == 0});
+  // Each module's gradients summed over its own DP x CP group (CP ranks hold partial gradients of the same replica).
+  std::optional<GradReducer> encoder_reduction =
+      make_reduction(model, true, encoder_trainable.size(), encoder, config.runtime);
+  std::optional<GradReducer> llm_reduction = make_reduction(model, false, llm_trainable.size(), llm, config.runtime);
+  const StepReductions reductions{encoder_reduction ? &*encoder_reduction : nullptr,
+                                  llm_reduction ? &*llm_reduction : nullptr};
 
   const CheckpointParts checkpoint_parts{config, model, optimizer, runtime.world(),
                                         encoder.active() ? encoder.coord().tp : 0, llm.active() ? llm.coord().tp : 0};
@@ -157,14 +195,24 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
     optimizer.set_lr(lr);
     optimizer.zero_grad();
     const double target_tokens = static_cast<double>(data.target_tokens(step));
-    const StepContext ctx{model, data, config, groups, runtime.world(), timer, step, micro_batches, target_tokens};
+    for (GradReducer* r : {reductions.encoder, reductions.llm}) {
+      if (r != nullptr) r->begin_step();
+    }
+    const StepContext ctx{model, data, config, groups, runtime.world(), timer, step, micro_batches, target_tokens,
+                          reductions};
     const at::Tensor local_loss = run_micro_batches(ctx);
     at::Tensor grad_norm;
     {
-      // Each module over its own DP x CP group (CP ranks hold partial gradients of the same replica), then the norm.
+      // What the last backward has not started yet, every bucket waited for, then the norm.
       auto timed = timer.measure(Phase::kGradSync);
-      if (encoder.active()) all_reduce_gradients(encoder_trainable, encoder.get(GroupKind::kDataContext));
-      if (llm.active()) all_reduce_gradients(llm_trainable, llm.get(GroupKind::kDataContext));
+      GradReducer::Stats buckets;
+      for (GradReducer* r : {reductions.encoder, reductions.llm}) {
+        if (r == nullptr) continue;
+        r->finish();
+        buckets.buckets += r->last_step().buckets;
+        buckets.started_in_backward += r->last_step().started_in_backward;
+      }
+      summary["grad_buckets"] = {{"buckets", buckets.buckets}, {"started_in_backward", buckets.started_in_backward}};
       grad_norm = global_grad_norm(runtime.world(), norm_shares, device);
     }
     {

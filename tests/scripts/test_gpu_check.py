@@ -82,6 +82,27 @@ def test_report_fails_what_misses(tmp_path, bf16_shift, mfu, failing):
     assert {c["check"]: c for c in result["checks"]}[failing]["result"] == "FAIL", text
 
 
+@pytest.mark.parametrize("sums_after_shift, started, ok", [(0.0, 50, True), (1e-9, 50, False), (0.0, 0, False)])
+def test_report_checks_the_two_gpu_runs(tmp_path, sums_after_shift, started, ok):
+    out = tmp_path / "out"
+    crafted(out, bf16_shift=1e-4, mfu=0.5)
+    (out / "stages.tsv").write_text("build\t0\t100\ndevices\t0\t1\nhost_sync\t0\t5\n")  # multi_gpu ran
+    base = [5.0, 4.0, 3.0]
+    for run, losses in {"uniform_2": base, "uniform_2_sums_after": [l * (1 + sums_after_shift) for l in base],
+                        "colocated_2": base, "noncolocated_2": base}.items():
+        (out / run).mkdir()
+        (out / run / "steps.jsonl").write_text(steps(losses))
+    (out / "uniform_2" / "summary.json").write_text(json.dumps({"grad_buckets": {"buckets": 51,
+                                                                                 "started_in_backward": started}}))
+    code, text, result = report(out)
+    by_name = {c["check"]: c for c in result["checks"]}
+    assert by_name["colocated 2 GPUs vs uniform 2"]["result"] == "pass"
+    same = by_name["DP sums in the backward vs after it, 2 GPUs"]["result"] == "pass"
+    early = by_name["DP buckets started in the backward, 2 GPUs"]["result"] == "pass"
+    assert (same and early) == ok, text
+    assert (code == 0) == ok, text
+
+
 def plan(out, profile, step_seconds):
     (out / f"plan_{profile}").mkdir()
     (out / f"plan_{profile}" / "plan.json").write_text(json.dumps(
