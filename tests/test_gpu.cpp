@@ -1,7 +1,8 @@
 // What only a GPU can check, on one GPU: device selection and metadata, a
 // real NCCL communicator and a sub-group split from it, out-of-memory recovery, the caching allocator's
 // peak, CUDA-event phase times, the bounded end-of-step wait and a step
-// without hidden host syncs. Labelled `gpu`; each case skips, saying why,
+// without hidden host syncs, and the gradient-landing hooks the data-parallel
+// reduction starts its buckets from. Labelled `gpu`; each case skips, saying why,
 // where no CUDA device is visible (scripts/gpu-check.sh runs them on a GPU).
 #include <ATen/ATen.h>
 #include <ATen/cuda/Sleep.h>
@@ -10,6 +11,10 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <atomic>
 #include <chrono>
 
 #include "config/device_choice.hpp"
@@ -17,6 +22,8 @@
 #include "dist/device.hpp"
 #include "dist/group.hpp"
 #include "metrics/phase_timer.hpp"
+#include "tp/weight_cast.hpp"
+#include "train/autocast_scope.hpp"
 #include "train/sequence_part.hpp"
 
 namespace hetpar {
@@ -187,6 +194,41 @@ TEST_F(Gpu, ContextParallelImageRowsNeedNoHostSync) {
   unsetenv("HETPAR_CHECK_HOST_SYNCS");
   // Rank 1 of 2 holds chunks 1 and 2 of 4 (positions 4-11): rows 2-4 of sample 0, rows 5-7 of sample 1.
   EXPECT_TRUE(at::equal(mine.squeeze(1).cpu(), at::tensor({2.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f})));
+}
+
+// The data-parallel reduction (train/grad_reducer.hpp) learns that a
+// gradient has landed from its parameter's post-accumulation hook, which on a
+// GPU the autograd engine calls on its own device thread. Each trainable
+// weight's hook fires once a backward, in fp32 and in bf16 through the
+// step's weight copies (whose node adds into .grad itself), there too.
+TEST_F(Gpu, GradientLandingHooksFireOnceABackward) {
+  struct Count : torch::autograd::PostAccumulateGradHook {
+    explicit Count(std::atomic<int>* n) : n(n) {}
+    void operator()(const torch::autograd::Variable&) override { ++*n; }
+    std::atomic<int>* n;
+  };
+  const auto on = at::TensorOptions(at::kFloat).device(device_);
+  at::Tensor w1 = (at::randn({64, 64}, on) * 0.1).set_requires_grad(true);
+  at::Tensor w2 = (at::randn({64, 64}, on) * 0.1).set_requires_grad(true);
+  std::atomic<int> landed1{0}, landed2{0};
+  torch::autograd::impl::set_post_acc_grad_hooks(w1, std::make_unique<Count>(&landed1));
+  torch::autograd::impl::set_post_acc_grad_hooks(w2, std::make_unique<Count>(&landed2));
+  const at::Tensor x = at::randn({8, 64}, on);
+  for (const bool bf16 : {false, true}) {
+    const StepCastCache casts(bf16);
+    for (int micro = 0; micro < 2; ++micro) {
+      at::Tensor loss;
+      {
+        const AutocastScope autocast(bf16);
+        loss = at::matmul(at::matmul(x, compute_weight(w1, x).t()), compute_weight(w2, x).t()).to(at::kFloat).square().sum();
+      }
+      loss.backward();
+    }
+  }
+  c10::cuda::device_synchronize();
+  EXPECT_EQ(landed1.load(), 4) << "w1: 2 micro-batches in fp32, 2 in bf16";
+  EXPECT_EQ(landed2.load(), 4) << "w2: 2 micro-batches in fp32, 2 in bf16";
+  for (const at::Tensor& w : {w1, w2}) torch::autograd::impl::set_post_acc_grad_hooks(w, nullptr);
 }
 
 }  // namespace
