@@ -118,14 +118,14 @@ GPUS=$("$PY" -c "import json; print(json.load(open('$OUT/devices.json'))['cuda_d
 if ((GPUS >= 2)); then
   # Buckets of 10 KB: the DP sums start on NCCL during the last backward (about 50 buckets a module).
   TWO="$TINY --set runtime.device=cuda --set run.precision=fp32 --set runtime.grad_bucket_mib=0.01"
-  stage uniform_2 120 $HETPAR train $TWO --set layout.llm.dp=2 --out "$OUT/uniform_2" &&
+  if stage uniform_2 120 $HETPAR train $TWO --set layout.llm.dp=2 --out "$OUT/uniform_2"; then
+    stage colocated_2 120 $HETPAR train $TWO --set layout.placement=colocated --set layout.encoder.dp=2 \
+      --set layout.llm.tp=2 --out "$OUT/colocated_2" &&
+      stage colocated_parity 30 $HETPAR compare "$OUT/colocated_2" "$OUT/uniform_2" --rtol 1e-5
     stage uniform_2_sums_after 120 $HETPAR train $TWO --set layout.llm.dp=2 --set runtime.overlap_grad_reduce=false \
       --out "$OUT/uniform_2_sums_after" &&
-    stage overlap_same_bits 30 $HETPAR compare "$OUT/uniform_2" "$OUT/uniform_2_sums_after" --rtol 0
-  [[ -f "$OUT/uniform_2/summary.json" ]] &&
-  stage colocated_2 120 $HETPAR train $TWO --set layout.placement=colocated --set layout.encoder.dp=2 \
-      --set layout.llm.tp=2 --out "$OUT/colocated_2" &&
-    stage colocated_parity 30 $HETPAR compare "$OUT/colocated_2" "$OUT/uniform_2" --rtol 1e-5
+      stage overlap_same_bits 30 $HETPAR compare "$OUT/uniform_2" "$OUT/uniform_2_sums_after" --rtol 0
+  fi
   stage noncolocated_2 120 $HETPAR train $TWO --set layout.placement=non-colocated --set layout.run_ahead=2 \
     --out "$OUT/noncolocated_2" &&
     stage noncolocated_parity 30 $HETPAR compare "$OUT/noncolocated_2" "$OUT/fp32_cuda" --rtol 1e-5

@@ -37,7 +37,9 @@ HETPAR_WORKER(grad_sync_sums_every_gradient) {
     params.push_back(p);
   }
   const void* alone = params[2].grad().data_ptr();
-  all_reduce_gradients(params, dp, /*bucket_bytes=*/64);
+  GradReducer after_backward(params, dp, /*bucket_bytes=*/64, /*overlap=*/false);
+  after_backward.begin_step();
+  after_backward.finish();
   require(params[2].grad().data_ptr() == alone, "the gradient alone in its bucket moved");
   for (size_t i = 0; i < shapes.size(); ++i) {
     at::Tensor expected = at::zeros(shapes[i]);

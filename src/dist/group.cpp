@@ -79,15 +79,19 @@ void Group::check_peer(int peer, const char* call) const {
   if (peer < 0 || peer >= size() || peer == rank_) fail(call, fmt::format("bad peer {}", peer));
 }
 
-void Group::all_reduce(at::Tensor& tensor, ReduceOp op) {
-  if (size() == 1) return;
-  RECORD_FUNCTION("group::all_reduce", std::vector<c10::IValue>{tensor});  // named in op profiles
+Group::Pending Group::start_all_reduce(const at::Tensor& tensor, ReduceOp op) {
   std::vector<at::Tensor> tensors{tensor};
   c10d::AllreduceOptions opts;
   opts.reduceOp = to_c10d(op);
   opts.timeout = timeout_;
   const int64_t id = trace("all_reduce", tensor);
-  complete("all_reduce", id, [&] { return backend_->allreduce(tensors, opts); });
+  return Pending(this, start("all_reduce", [&] { return backend_->allreduce(tensors, opts); }), tensor, "all_reduce", id);
+}
+
+void Group::all_reduce(at::Tensor& tensor, ReduceOp op) {
+  if (size() == 1) return;
+  RECORD_FUNCTION("group::all_reduce", std::vector<c10::IValue>{tensor});  // named in op profiles
+  start_all_reduce(tensor, op).wait();
 }
 
 at::Tensor Group::all_gather(const at::Tensor& tensor) {
@@ -184,11 +188,7 @@ Group::Pending Group::iall_reduce(at::Tensor tensor) {
   if (!tensor.is_contiguous()) fail("all_reduce", "the tensor must be contiguous");
   if (size() == 1) return Pending(this, nullptr, tensor, "all_reduce");
   RECORD_FUNCTION("group::iall_reduce", std::vector<c10::IValue>{tensor});  // named in op profiles
-  std::vector<at::Tensor> tensors{tensor};
-  c10d::AllreduceOptions opts;
-  opts.timeout = timeout_;
-  const int64_t id = trace("all_reduce", tensor);
-  return Pending(this, start("all_reduce", [&] { return backend_->allreduce(tensors, opts); }), tensor, "all_reduce", id);
+  return start_all_reduce(tensor, ReduceOp::kSum);
 }
 
 at::Tensor Group::Pending::wait() {

@@ -76,6 +76,8 @@ class Group {
   // Starts a call on the backend: a peer already gone can make the start
   // itself throw (a closed socket), which is a collective error like a failed wait.
   c10::intrusive_ptr<c10d::Work> start(const char* call, const std::function<c10::intrusive_ptr<c10d::Work>()>& post) const;
+  // Posts an all-reduce of `tensor` in place (both all_reduce and iall_reduce).
+  Pending start_all_reduce(const at::Tensor& tensor, ReduceOp op);
   // Starts a call and waits for it.
   void complete(const char* call, int64_t trace_id, const std::function<c10::intrusive_ptr<c10d::Work>()>& post) const;
   void wait(const c10::intrusive_ptr<c10d::Work>& work, const char* call, int64_t trace_id) const;

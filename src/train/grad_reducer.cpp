@@ -153,10 +153,4 @@ void GradReducer::finish() {
   }
 }
 
-void all_reduce_gradients(const std::vector<at::Tensor>& params, Group& group, int64_t bucket_bytes) {
-  GradReducer reducer(params, group, bucket_bytes, /*overlap=*/false);
-  reducer.begin_step();
-  reducer.finish();
-}
-
 }  // namespace hetpar

@@ -8,11 +8,11 @@
 // step on this rank (the last micro-batch's); from then on each parameter's
 // gradient is final once it lands in .grad (autograd's post-accumulation
 // hook; the nodes that add into .grad themselves return no gradient, and the
-// weight's accumulation node still runs after them and calls the hook), and a bucket
-// starts as soon as all of its gradients are final and every bucket before it
-// has started — the same order on every member, as NCCL needs. finish() starts
-// what is left (a gradient never produced becomes zeros: every member sends
-// the same layout) and waits for all of it.
+// weight's accumulation node still runs after them and calls the hook), and
+// a bucket starts as soon as all of its gradients are final and every bucket
+// before it has started — the same order on every member, as NCCL needs.
+// finish() starts what is left (a gradient never produced becomes zeros:
+// every member sends the same layout) and waits for all of it.
 //
 //   last backward of the step            time ->
 //   compute   head  layer 3  layer 2  layer 1  embedding | finish
@@ -90,9 +90,5 @@ class GradReducer {
   Stats stats_;
   std::mutex mutex_;  // landings come from the autograd engine's device threads
 };
-
-// Sums `params`' gradients over `group` at once (no overlap): for callers
-// outside a training step's schedule.
-void all_reduce_gradients(const std::vector<at::Tensor>& params, Group& group, int64_t bucket_bytes = 32 << 20);
 
 }  // namespace hetpar

@@ -72,7 +72,9 @@ struct ReductionOrder {
   std::vector<at::Tensor> params;
   std::vector<std::string> names;
 };
-ReductionOrder reduction_order(const MultimodalModel& model, bool encoder_side, size_t expected) {
+ReductionOrder reduction_order(const MultimodalModel& model, bool encoder_side,
+                               const MultimodalModel::ParameterSets& trainable) {
+  const size_t expected = trainable.sharded.size() + trainable.replicated.size();
   ReductionOrder order;
   const auto named = model.named_parameters();
   for (auto it = named.rbegin(); it != named.rend(); ++it) {
@@ -87,10 +89,11 @@ ReductionOrder reduction_order(const MultimodalModel& model, bool encoder_side, 
   return order;
 }
 
-std::optional<GradReducer> make_reduction(const MultimodalModel& model, bool encoder_side, size_t expected,
-                                          ModuleGroups& module, const RuntimeConfig& runtime) {
+std::optional<GradReducer> make_reduction(const MultimodalModel& model, bool encoder_side,
+                                          const MultimodalModel::ParameterSets& trainable, ModuleGroups& module,
+                                          const RuntimeConfig& runtime) {
   if (!module.active()) return std::nullopt;
-  ReductionOrder order = reduction_order(model, encoder_side, expected);
+  ReductionOrder order = reduction_order(model, encoder_side, trainable);
   const auto bucket_bytes = std::max<int64_t>(1, static_cast<int64_t>(runtime.grad_bucket_mib * (1 << 20)));
   return std::optional<GradReducer>(std::in_place, std::move(order.params), module.get(GroupKind::kDataContext),
                                     bucket_bytes, runtime.overlap_grad_reduce, std::move(order.names));
@@ -130,16 +133,14 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
   FusedAdamW optimizer(params, config.optim);
   const SyntheticData data(config.encoder, config.llm, config.data, static_cast<uint64_t>(config.run.seed), device);
   const auto encoder_params = model.encoder_side(), llm_params = model.llm_side();
-  const std::vector<at::Tensor> encoder_trainable = encoder_params.all(), llm_trainable = llm_params.all();
   std::vector<NormShare> norm_shares;
   // After the sync over dp x cp every replica and CP rank holds the same gradients: one of them counts.
   auto first_replica = [](const ModuleGroups& m) { return m.coord().dp == 0 && m.coord().cp == 0; };
   if (encoder.active()) norm_shares.push_back({&encoder_params, first_replica(encoder), encoder.coord().tp == 0});
   if (llm.active()) norm_shares.push_back({&llm_params, first_replica(llm), llm.coord().tp == 0});
   // Each module's gradients summed over its own DP x CP group (CP ranks hold partial gradients of the same replica).
-  std::optional<GradReducer> encoder_reduction =
-      make_reduction(model, true, encoder_trainable.size(), encoder, config.runtime);
-  std::optional<GradReducer> llm_reduction = make_reduction(model, false, llm_trainable.size(), llm, config.runtime);
+  std::optional<GradReducer> encoder_reduction = make_reduction(model, true, encoder_params, encoder, config.runtime);
+  std::optional<GradReducer> llm_reduction = make_reduction(model, false, llm_params, llm, config.runtime);
   const StepReductions reductions{encoder_reduction ? &*encoder_reduction : nullptr,
                                   llm_reduction ? &*llm_reduction : nullptr};
 
