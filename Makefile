@@ -69,10 +69,12 @@ plots: deps
 # The paper's figures by prediction: hetpar plan for Llama-3 8B/70B with three
 # encoders on 8 to 1024 GPUs of the H100 profile, plotted beside the paper's
 # published results (scripts/paper.sh; a few minutes).
+# PAPER_SETTINGS: run-file settings for every plan, e.g. "optim.shard_state=true".
 PAPER ?= results/paper
 GPU_PROFILE ?= profiles/h100_dgx.json
+PAPER_SETTINGS ?=
 paper: hetpar
-	scripts/paper.sh $(BUILD)/hetpar $(VENV)/bin/python $(PAPER) $(GPU_PROFILE)
+	scripts/paper.sh $(BUILD)/hetpar $(VENV)/bin/python $(PAPER) $(GPU_PROFILE) "$(PAPER_SETTINGS)"
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(CTEST_JOBS)

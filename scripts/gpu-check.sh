@@ -125,6 +125,10 @@ if ((GPUS >= 2)); then
     stage uniform_2_sums_after 120 $HETPAR train $TWO --set layout.llm.dp=2 --set runtime.overlap_grad_reduce=false \
       --out "$OUT/uniform_2_sums_after" &&
       stage overlap_same_bits 30 $HETPAR compare "$OUT/uniform_2" "$OUT/uniform_2_sums_after" --rtol 0
+    # The optimizer state sharded over the 2 ranks: reduce-scatter, update of half, all-gather on NCCL.
+    stage uniform_2_sharded 120 $HETPAR train $TWO --set layout.llm.dp=2 --set optim.shard_state=true \
+      --out "$OUT/uniform_2_sharded" &&
+      stage sharded_parity 30 $HETPAR compare "$OUT/uniform_2_sharded" "$OUT/uniform_2" --rtol 1e-6
   fi
   stage noncolocated_2 120 $HETPAR train $TWO --set layout.placement=non-colocated --set layout.run_ahead=2 \
     --out "$OUT/noncolocated_2" &&

@@ -117,6 +117,8 @@ def main(out):
         parity("non-colocated 2 GPUs vs 1", "noncolocated_2", "fp32_cuda", 1e-5)
         # The DP sums started during the last backward on NCCL: the same losses to the bit as after it.
         parity("DP sums in the backward vs after it, 2 GPUs", "uniform_2", "uniform_2_sums_after", 0.0)
+        # The same losses to the bit on CPU; 1e-6 allows a GPU kernel's rounding by position.
+        parity("optimizer state sharded vs whole, 2 GPUs", "uniform_2_sharded", "uniform_2", 1e-6)
         run_summary = out / "uniform_2" / "summary.json"
         buckets = json.loads(run_summary.read_text()).get("grad_buckets") if run_summary.exists() else None
         check("DP buckets started in the backward, 2 GPUs", buckets["started_in_backward"] > 0 if buckets else None,

@@ -148,7 +148,10 @@ INSTANTIATE_TEST_SUITE_P(
         LayoutCase{"colocated_encoder_tp2", "--set layout.encoder.tp=2 --set layout.encoder.dp=1 --set layout.llm.tp=1 "
                                             "--set layout.llm.dp=2 --set data.micro_batch_size=1"},
         LayoutCase{"uniform_pp2", "--set layout.placement=uniform --set layout.encoder.dp=1 --set layout.llm.tp=1 "
-                                  "--set layout.llm.pp=2"}),
+                                  "--set layout.llm.pp=2"},
+        LayoutCase{"uniform_dp2_sharded_state", "--set layout.placement=uniform --set layout.encoder.dp=1 "
+                                                "--set layout.llm.tp=1 --set layout.llm.dp=2 --set data.micro_batch_size=1 "
+                                                "--set optim.shard_state=true --set runtime.grad_bucket_mib=0.01"}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // Written by a pipeline (each stage's rank holds its layers), read by one rank:
@@ -178,6 +181,35 @@ TEST(Checkpoint, APipelinedCheckpointResumesOnOneRank) {
 TEST(Checkpoint, AnEncoderPipelinedCheckpointResumesOnOneRank) {
   expect_resumes_on_one_rank("encoder_pp2_llm_pp2", " --set layout.placement=non-colocated --set layout.encoder.pp=2 "
                                                     "--set layout.encoder.dp=1 --set layout.llm.tp=1 --set layout.llm.pp=2");
+}
+
+// Written with the optimizer state sharded over DP 2 (small buckets, so
+// that segments cut parameters), cut at step 5: resumed sharded, the run is
+// the uninterrupted sharded run to the bit; resumed unsharded (the files hold
+// every parameter's whole state either way), its losses are the same bits too.
+TEST(Checkpoint, AShardedStateCheckpointResumesShardedOrNot) {
+  const std::string layout = " --set layout.placement=uniform --set layout.encoder.dp=1 --set layout.llm.tp=1 "
+                             "--set layout.llm.dp=2 --set data.micro_batch_size=1 --set optim.shard_state=true "
+                             "--set runtime.grad_bucket_mib=0.01";
+  const std::string full = scratch("sharded_full"), cut = scratch("sharded_cut");
+  auto [code, out] = run_command(kHetpar + " train " + kRun + kEight + layout + " --out " + full);
+  ASSERT_EQ(code, 0) << out;
+  std::tie(code, out) = run_command("HETPAR_FAULT=1:5 " + kHetpar + " train " + kRun + kEight + layout +
+                                    " --set runtime.timeout_s=5 --out " + cut);
+  ASSERT_EQ(code, 3) << out;
+  for (const bool shard : {true, false}) {
+    const std::string dir = scratch(shard ? "sharded_resumed" : "sharded_resumed_unsharded");
+    fs::copy(cut, dir, fs::copy_options::recursive);
+    std::tie(code, out) = run_command(kHetpar + " train " + kRun + kEight + layout + " --resume " + dir +
+                                      (shard ? "" : " --set optim.shard_state=false"));
+    ASSERT_EQ(code, 0) << out;
+    const auto expected = steps_of(full), resumed = steps_of(dir);
+    ASSERT_EQ(resumed.size(), 8u);
+    for (size_t i = 0; i < 8; ++i) {
+      EXPECT_EQ(resumed[i]["loss"].dump(), expected[i]["loss"].dump()) << "shard " << shard << " step " << i + 1;
+      if (shard) EXPECT_EQ(resumed[i]["grad_norm"].dump(), expected[i]["grad_norm"].dump()) << "step " << i + 1;
+    }
+  }
 }
 
 // Damage of every kind is refused before any rank starts, naming the problem.

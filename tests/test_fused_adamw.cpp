@@ -41,7 +41,7 @@ TEST(FusedAdamW, MatchesTheReferenceAdamWToFp32Rounding) {
     const double lr = o.lr * step / 6.0;
     fused.set_lr(lr);
     for (auto& group : reference.param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
-    fused.zero_grad();
+    drop_gradients(ours);
     reference.zero_grad();
     for (size_t i = 0; i < ours.size(); ++i) {
       const at::Tensor grad = at::randn(ours[i].sizes()) * (step % 2 ? 1.0 : 1e-3);
@@ -62,6 +62,51 @@ TEST(FusedAdamW, MatchesTheReferenceAdamWToFp32Rounding) {
   EXPECT_DOUBLE_EQ(fused.groups()[1].weight_decay, 0.0);
   EXPECT_EQ(fused.groups()[0].params.size(), 2u);
   EXPECT_EQ(fused.groups()[1].steps[0].item<float>(), 6.0f);
+}
+
+// The sharded optimizer's targets: parameters cut into flat segments at
+// multiples of 64 values (as train/grad_reducer.cpp aligns them), each with
+// its own slice of the gradient, update the parameters exactly as
+// whole-parameter targets do (AdamW is elementwise, and aligned cuts keep
+// each value on the CPU kernel's vector or scalar path), and the
+// checkpoint's lookup finds a parameter's first segment with its offset.
+TEST(FusedAdamW, AlignedSegmentsOfParametersUpdateToTheBitAsTheWholeParameters) {
+  OptimConfig o;
+  o.lr = 1e-2;
+  o.weight_decay = 0.1;
+  at::manual_seed(3);
+  std::vector<at::Tensor> whole, cut, grads;
+  std::vector<FusedAdamW::Target> targets;
+  const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> cuts = {
+      {{40, 7}, {0, 128, 192}}, {{203}, {0, 64}}, {{3, 4, 2}, {0}}};
+  for (const auto& [shape, starts] : cuts) {
+    const at::Tensor init = at::randn(shape);
+    whole.push_back(init.clone().requires_grad_(true));
+    cut.push_back(init.clone().requires_grad_(true));
+    grads.push_back(at::zeros({init.numel()}));
+    for (size_t k = 0; k < starts.size(); ++k) {
+      const int64_t end = k + 1 < starts.size() ? starts[k + 1] : init.numel();
+      targets.push_back({cut.back().detach().view({-1}).narrow(0, starts[k], end - starts[k]),
+                         grads.back().narrow(0, starts[k], end - starts[k]), cut.back(), starts[k], init.dim() >= 2});
+    }
+  }
+  FusedAdamW reference(whole, o), segmented(targets, o);
+  for (int step = 1; step <= 4; ++step) {
+    for (size_t i = 0; i < whole.size(); ++i) {
+      const at::Tensor g = at::randn(whole[i].sizes());
+      whole[i].mutable_grad() = g.clone();
+      grads[i].copy_(g.reshape({-1}));
+    }
+    reference.step();
+    segmented.step();
+  }
+  for (size_t i = 0; i < whole.size(); ++i) {
+    EXPECT_TRUE(at::equal(whole[i], cut[i])) << "parameter " << i << ": " << (whole[i] - cut[i]).abs().max().item<double>();
+    const FusedAdamW::State s = segmented.state_of(cut[i]);
+    EXPECT_EQ(s.offset, 0);
+    EXPECT_TRUE(at::equal(s.exp_avg, reference.state_of(whole[i]).exp_avg.reshape({-1}).narrow(0, 0, s.exp_avg.numel())));
+  }
+  EXPECT_EQ(segmented.gradients().size(), 6u);
 }
 
 }  // namespace

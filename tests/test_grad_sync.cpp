@@ -20,35 +20,46 @@ at::Tensor grad_of(int rank, size_t i, at::IntArrayRef shape) {
   return init_normal(100 + rank, "grad" + std::to_string(i), shape, 1.0);
 }
 
-HETPAR_WORKER(grad_sync_sums_every_gradient) {
-  Group& dp = rt.world();
-  // Bucket of 64 bytes (16 floats): the 3x4 and 2x2 share one, the 8x8 is
-  // alone, the 5x3 is transposed (not contiguous), the last has no gradient
-  // on rank 0.
-  const std::vector<std::vector<int64_t>> shapes = {{3, 4}, {2, 2}, {8, 8}, {5, 3}, {7}};
+// Five parameters for buckets of 64 bytes (16 floats): the 3x4 and 2x2
+// share one, the 8x8 is alone, the 5x3's gradient is transposed (not
+// contiguous), the last has no gradient on rank 0.
+const std::vector<std::vector<int64_t>> kShapes = {{3, 4}, {2, 2}, {8, 8}, {5, 3}, {7}};
+
+at::Tensor rank_grad(int rank, size_t i) {
+  const auto& shape = kShapes[i];
+  return i == 3 ? grad_of(rank, i, {shape[1], shape[0]}).t() : grad_of(rank, i, shape);
+}
+
+std::vector<at::Tensor> params_with_grads(int rank) {
   std::vector<at::Tensor> params;
-  for (size_t i = 0; i < shapes.size(); ++i) {
-    at::Tensor p = at::zeros(shapes[i]).set_requires_grad(true);
-    if (i == 3) {
-      p.mutable_grad() = grad_of(rt.rank(), i, {shapes[i][1], shapes[i][0]}).t();
-    } else if (!(i == 4 && rt.rank() == 0)) {
-      p.mutable_grad() = grad_of(rt.rank(), i, shapes[i]);
-    }
+  for (size_t i = 0; i < kShapes.size(); ++i) {
+    at::Tensor p = at::zeros(kShapes[i]).set_requires_grad(true);
+    if (!(i == 4 && rank == 0)) p.mutable_grad() = rank_grad(rank, i);
     params.push_back(p);
   }
+  return params;
+}
+
+// Parameter i's gradient summed over `ranks`, computed here.
+at::Tensor expected_sum(size_t i, int ranks) {
+  at::Tensor sum = at::zeros(kShapes[i]);
+  for (int r = 0; r < ranks; ++r) {
+    if (!(i == 4 && r == 0)) sum += rank_grad(r, i);
+  }
+  return sum;
+}
+
+HETPAR_WORKER(grad_sync_sums_every_gradient) {
+  Group& dp = rt.world();
+  std::vector<at::Tensor> params = params_with_grads(rt.rank());
   const void* alone = params[2].grad().data_ptr();
   GradReducer after_backward(params, dp, /*bucket_bytes=*/64, /*overlap=*/false);
   after_backward.begin_step();
   after_backward.finish();
   require(params[2].grad().data_ptr() == alone, "the gradient alone in its bucket moved");
-  for (size_t i = 0; i < shapes.size(); ++i) {
-    at::Tensor expected = at::zeros(shapes[i]);
-    for (int r = 0; r < dp.size(); ++r) {
-      if (i == 4 && r == 0) continue;
-      expected += i == 3 ? grad_of(r, i, {shapes[i][1], shapes[i][0]}).t() : grad_of(r, i, shapes[i]);
-    }
+  for (size_t i = 0; i < kShapes.size(); ++i) {
     // Sums of the same values in another order: fp32 rounding.
-    require(at::allclose(params[i].grad(), expected, 1e-6, 1e-6), "gradient {} is not the sum over ranks", i);
+    require(at::allclose(params[i].grad(), expected_sum(i, dp.size()), 1e-6, 1e-6), "gradient {} is not the sum over ranks", i);
   }
 }
 
@@ -172,6 +183,72 @@ TEST_P(GradReducerRanks, RefusesAGradientAfterItsSumStarted) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, GradReducerRanks, ::testing::Values(2, 3));
+
+}  // namespace
+}  // namespace hetpar::test
+
+namespace hetpar::test {
+namespace {
+
+// Sharded (optim.shard_state): the same gradients as above reduce-scattered
+// instead. Each rank's segments hold exactly its range of the aligned and
+// padded buckets, together the sum of every value once; the unsummed gradients are dropped; gather_params puts
+// every rank's segments back into every rank's parameters; and started in
+// the last backward (the chain above) the kept sums are the same bits as
+// reduce-scattering after it.
+HETPAR_WORKER(grad_reducer_shards_the_sums) {
+  Group& dp = rt.world();
+  std::vector<at::Tensor> params = params_with_grads(rt.rank());
+  GradReducer reducer(params, dp, /*bucket_bytes=*/64, /*overlap=*/false, {}, /*shard=*/true);
+  require(reducer.sharded(), "a group of {} did not shard", dp.size());
+  reducer.begin_step();
+  reducer.finish();
+  int64_t mine = 0;
+  for (const GradReducer::Segment& s : reducer.segments()) {
+    const at::Tensor want = expected_sum(s.param, dp.size()).reshape({-1}).narrow(0, s.offset, s.length);
+    expect_close(s.grad, want, fmt::format("segment of {}", s.param), 1e-6, 1e-6);
+    mine += s.length;
+  }
+  for (const at::Tensor& p : params) require(!p.grad().defined(), "an unsummed gradient was kept");
+  at::Tensor count = at::full({1}, static_cast<double>(mine), at::kDouble);
+  dp.all_reduce(count);
+  int64_t total = 0;
+  for (const auto& shape : kShapes) total += c10::multiply_integers(shape);
+  require(count.item<int64_t>() == total, "the ranks' segments hold {} values, not {}", count.item<int64_t>(), total);
+  // Each rank writes into its segments a value naming the element; gathering
+  // must give every rank every element.
+  for (const GradReducer::Segment& s : reducer.segments()) {
+    at::NoGradGuard no_grad;
+    s.values.copy_(at::arange(s.offset, s.offset + s.length, at::kFloat) + 1000.0 * static_cast<double>(s.param));
+  }
+  reducer.gather_params();
+  for (size_t i = 0; i < params.size(); ++i) {
+    const at::Tensor want = (at::arange(params[i].numel(), at::kFloat) + 1000.0 * static_cast<double>(i)).view(kShapes[i]);
+    require(at::equal(params[i], want), "parameter {} was not gathered whole", i);
+  }
+
+  const Chain overlapped, after;
+  GradReducer early(overlapped.reduction_order(), dp, 512, /*overlap=*/true, {}, /*shard=*/true);
+  GradReducer late(after.reduction_order(), dp, 512, /*overlap=*/false, {}, /*shard=*/true);
+  for (GradReducer* r : {&early, &late}) r->begin_step();
+  overlapped.backward(rt.rank(), 0);
+  early.arm();
+  overlapped.backward(rt.rank(), 1);
+  after.backward(rt.rank(), 0);
+  after.backward(rt.rank(), 1);
+  require(early.last_step().started_in_backward == 3, "{} sharded buckets started in the backward, not 3",
+          early.last_step().started_in_backward);
+  early.finish();
+  late.finish();
+  require(early.segments().size() == late.segments().size(), "different segments");
+  for (size_t k = 0; k < early.segments().size(); ++k) {
+    require(at::equal(early.segments()[k].grad, late.segments()[k].grad), "segment {}: not the same sum", k);
+  }
+}
+
+TEST_P(GradReducerRanks, ShardsTheSumsAndGathersTheParameters) {
+  EXPECT_TRUE(all_ranks_succeeded(run_workers("grad_reducer_shards_the_sums", GetParam())));
+}
 
 }  // namespace
 }  // namespace hetpar::test

@@ -79,6 +79,8 @@ void expect_tensor_peaks_predicted(const std::string& precision) {
       {"non_colocated", {"layout.placement=\"non-colocated\"", "layout.encoder.dp=1"}},
       {"tp2", {"layout.llm.tp=2"}},
       {"cp2", {"layout.llm.cp=2"}},
+      {"dp2", {"layout.llm.dp=2", "data.global_batch_size=16"}},
+      {"dp2_sharded", {"layout.llm.dp=2", "data.global_batch_size=16", "optim.shard_state=true"}},
       {"activations", {"llm.vocab_size=512", "data.micro_batch_size=8", "data.global_batch_size=16",
                        "data.images_min=3", "encoder.hidden=256", "encoder.mlp_hidden=1024"}}};
   const MemoryAssumptions cpu{precision == "bf16" ? 2.0 : 4.0, 0, grouped_query_attention_keeps_probabilities(at::kCPU)};

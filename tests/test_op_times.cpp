@@ -249,6 +249,30 @@ TEST(OpTimes, TheLastBackwardHidesTheGradientSumsOnADevice) {
   EXPECT_EQ(op_times(one_bucket_on, device).per_step, op_times(one_bucket_off, device).per_step);
 }
 
+// optim.shard_state over DP 2: AdamW updates half of each module's
+// parameters (where the update is all there is, the step halves), and the
+// sums become a reduce-scatter plus an all-gather (at one rate for all three,
+// twice the all-reduce's time, none of it hidden with overlap off).
+TEST(OpTimes, ShardedStateHalvesTheUpdateAndGathersAfterIt) {
+  const std::vector<std::string> dp2 = {"layout.llm.dp=2", "data.micro_batch_size=1", "runtime.overlap_grad_reduce=false"};
+  const auto with = [&](const char* more) {
+    std::vector<std::string> sets = dp2;
+    sets.push_back(more);
+    return load_run_config(HETPAR_SOURCE_DIR "/workloads/tiny.toml", sets);
+  };
+  const RunConfig sharded = with("optim.shard_state=true"), whole = with("optim.shard_state=false");
+  json slow_update = flat_profile(1e9, 0);
+  for (json& m : slow_update["memory_bound"]) m["bytes_per_second"] = 1e6;
+  const Profile update_bound = Profile::from_json(slow_update, "slow update");
+  EXPECT_NEAR(op_times(sharded, update_bound).per_step, op_times(whole, update_bound).per_step / 2,
+              1e-3 * op_times(whole, update_bound).per_step);
+  json slow_sums = flat_profile(1e9, 0);
+  for (json& c : slow_sums["collectives"]) c["bytes_per_second"] = 1e6;
+  const Profile sum_bound = Profile::from_json(slow_sums, "slow sums");
+  EXPECT_NEAR(op_times(sharded, sum_bound).per_step, 2 * op_times(whole, sum_bound).per_step,
+              1e-3 * op_times(whole, sum_bound).per_step);
+}
+
 TEST(OpTimes, MoreRanksThanCoresTakeTheCoresTimeForEveryonesCompute) {
   // DP4, every rank equally busy: on 4 cores the schedule's time, on 2 twice it.
   const RunConfig dp4 = load_run_config(HETPAR_SOURCE_DIR "/workloads/tiny.toml",

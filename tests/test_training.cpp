@@ -148,6 +148,48 @@ TEST(GradReduceOverlap, SameRunToTheBitAsReducingAfterTheBackward) {
   }
 }
 
+// The optimizer state sharded over each module's DP x CP group changes
+// where the update runs, not what it computes: where every group is of two
+// (a sum of two is the same in any order) and nothing is clipped, the same
+// losses to the bit as unsharded; with a group of four (encoder DP 4) or
+// clipping (the norm summed over other partitions), within kLossRtol.
+TEST(ShardedOptimizerState, SameRunAsTheUnshardedOptimizer) {
+  struct Case {
+    const char* name;
+    std::string sets;
+    bool to_the_bit;
+  };
+  const std::vector<Case> cases = {
+      {"dp2", "--set layout.llm.dp=2 --set data.micro_batch_size=1", true},
+      // Norms and biases replicated over TP count once in the norm, sharded matrices on every TP rank.
+      {"tp2_dp2", "--set layout.llm.tp=2 --set layout.llm.dp=2 --set data.micro_batch_size=1", true},
+      {"cp2", "--set layout.llm.cp=2", true},
+      {"coloc_pp2_bf16", "--set layout.placement=colocated --set layout.encoder.dp=4 --set layout.llm.pp=2 "
+                         "--set layout.llm.dp=2 --set data.micro_batch_size=1 --set run.precision=bf16", false},
+      {"noncoloc_enc_pp2_clipped", "--set layout.placement=non-colocated --set layout.encoder.pp=2 "
+                                   "--set layout.encoder.dp=2 --set layout.llm.dp=2 --set data.micro_batch_size=1 "
+                                   "--set optim.grad_clip=0.2", false}};
+  for (const Case& c : cases) {
+    const auto sharded = train(std::string("sharded_") + c.name, c.sets + " --set optim.shard_state=true", 6);
+    const auto whole = train(std::string("unsharded_") + c.name, c.sets, 6);
+    ASSERT_EQ(sharded.size(), 6u) << c.name;
+    ASSERT_EQ(whole.size(), 6u) << c.name;
+    const double diff = max_relative_loss_difference(sharded, whole);
+    std::printf("%s: sharded vs unsharded optimizer state, max relative loss difference %.3g\n", c.name, diff);
+    if (c.to_the_bit) {
+      for (size_t i = 0; i < whole.size(); ++i) {
+        EXPECT_EQ(sharded[i]["loss"].get<double>(), whole[i]["loss"].get<double>()) << c.name << " step " << i + 1;
+      }
+    }
+    EXPECT_LE(diff, kLossRtol) << c.name;
+    for (size_t i = 0; i < whole.size(); ++i) {
+      const double a = sharded[i]["grad_norm"], b = whole[i]["grad_norm"];
+      EXPECT_LE(std::abs(a - b), 1e-5 * b) << c.name << " step " << i + 1;
+      if (c.sets.find("grad_clip=0.2") != std::string::npos) EXPECT_GT(b, 0.2) << "clipping not in effect";
+    }
+  }
+}
+
 // Heterogeneous layouts: the same model, data and seed as the uniform
 // single-rank run; the boundary only moves rows, so the loss curves agree.
 struct HeteroCase {

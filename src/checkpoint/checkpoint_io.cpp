@@ -13,6 +13,7 @@
 #include "model/param_init.hpp"
 #include "parallel/pipeline_schedule.hpp"
 #include "parallel/rank_grid.hpp"
+#include "train/sharded_optimizer.hpp"
 #include "util/durable_file.hpp"
 
 namespace hetpar {
@@ -102,9 +103,10 @@ void save_checkpoint(const CheckpointParts& parts, const std::string& run_dir, i
   const std::string dir = (fs::path(checkpoints_root(run_dir)) / checkpoint_dir_name(step)).string();
   ensure_writable_dir(dir);
   std::vector<std::pair<std::string, at::Tensor>> tensors;
+  const FullOptimizerState state(parts.optimizer, parts.reducers);
   for (const auto& p : parts.model.named_parameters()) {
     tensors.emplace_back("param/" + p.name, p.tensor);
-    const FusedAdamW::State s = parts.optimizer.state_of(p.tensor);
+    const FusedAdamW::State s = state.of(p.tensor);
     if (!s.step.defined()) continue;  // frozen: no optimizer state
     tensors.emplace_back("exp_avg/" + p.name, s.exp_avg);
     tensors.emplace_back("exp_avg_sq/" + p.name, s.exp_avg_sq);
@@ -150,11 +152,14 @@ void load_checkpoint(const CheckpointParts& parts, const std::string& checkpoint
     };
     at::Tensor param = p.tensor;
     copy_checked(param, value("param/" + p.name), "param/" + p.name);
+    // This rank's part of the state: all of it, or its segment when the state is sharded.
     const FusedAdamW::State s = parts.optimizer.state_of(p.tensor);
     if (!s.step.defined()) continue;
     for (const char* kind : kStateKinds) {
-      at::Tensor into = std::string(kind) == "exp_avg" ? s.exp_avg : s.exp_avg_sq;
-      copy_checked(into, value(std::string(kind) + "/" + p.name), std::string(kind) + "/" + p.name);
+      const std::string name = std::string(kind) + "/" + p.name;
+      at::Tensor whole = at::empty_like(p.tensor);
+      copy_checked(whole, value(name), name);
+      load_state_part(std::string(kind) == "exp_avg" ? s.exp_avg : s.exp_avg_sq, whole, s.offset);
     }
     at::Tensor step = s.step;
     copy_checked(step, files.get(resharding ? writers.front() : me, "step/" + p.name), "step/" + p.name);

@@ -12,6 +12,7 @@
 #include "config/run_config.hpp"
 #include "dist/group.hpp"
 #include "train/fused_adamw.hpp"
+#include "train/grad_reducer.hpp"
 #include "train/multimodal_model.hpp"
 
 namespace hetpar {
@@ -22,10 +23,14 @@ struct CheckpointParts {
   FusedAdamW& optimizer;
   Group& world;
   int encoder_tp_rank = 0, llm_tp_rank = 0;  // this rank's coordinates (where it holds the module)
+  // The modules' gradient reducers (null where a module is not on this rank):
+  // where one shards the optimizer state, a save gathers it whole first.
+  std::vector<const GradReducer*> reducers = {};
 };
 
 // On every rank at the end of step `step` (a collective): each rank writes
-// its file, then rank 0 writes the writer's config and, once every rank's
+// its file (sharded optimizer state gathered whole first, so the files are
+// the same either way), then rank 0 writes the writer's config and, once every rank's
 // file is complete, the manifest; then it prunes old checkpoints.
 void save_checkpoint(const CheckpointParts& parts, const std::string& run_dir, int64_t step);
 

@@ -44,9 +44,10 @@ std::map<int64_t, std::pair<fs::path, bool>> checkpoints_of(const std::string& r
 
 // The keys a resumed run must share with the checkpoint: what the model is,
 // what it is fed and how it is optimised. Layout, runtime and length may change.
-// The micro-batch size may change with the layout: the loss does not depend on it.
+// The micro-batch size may change with the layout: the loss does not depend on
+// it; so may the optimizer state's sharding (a checkpoint holds it whole).
 bool must_match(const std::string& key) {
-  if (key == "data.micro_batch_size") return false;
+  if (key == "data.micro_batch_size" || key == "optim.shard_state") return false;
   for (const char* section : {"encoder.", "llm.", "data.", "optim."}) {
     if (key.rfind(section, 0) == 0) return true;
   }
@@ -160,7 +161,8 @@ void check_resumable(const RunConfig& saved, const RunConfig& resuming, int64_t 
     if (a != b) {
       throw CheckpointError("the checkpoint's run and this one differ in " + key.key + ": " + toml_literal(a) +
                             " in the checkpoint, " + toml_literal(b) + " now; a checkpoint continues only the same "
-                            "model, data, optimizer and seed (layouts, placement, micro-batch size, runtime and run.steps may change)");
+                            "model, data, optimizer and seed (layouts, placement, micro-batch size, optim.shard_state, runtime and "
+                            "run.steps may change)");
     }
   }
   if (resuming.run.steps <= checkpoint_step) {

@@ -70,6 +70,7 @@ struct OptimConfig {      // AdamW, linear warm-up then cosine decay to min_lr
   double beta2 = 0.95;
   double eps = 1e-8;
   double grad_clip = 1.0;         // global grad-norm clipping; 0 = off
+  bool shard_state = false;       // AdamW moments split over each module's DP x CP group
 };
 
 struct LayoutConfig {

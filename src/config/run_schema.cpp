@@ -234,6 +234,9 @@ std::vector<SchemaKey> build_schema() {
       optim.key<&OptimConfig::beta2>("beta2", unit_interval(), "AdamW second-moment decay"),
       optim.key<&OptimConfig::eps>("eps", positive_finite(), "AdamW denominator epsilon"),
       optim.key<&OptimConfig::grad_clip>("grad_clip", non_negative_finite(), "clip the global gradient norm to this; 0 turns clipping off"),
+      optim.key<&OptimConfig::shard_state>("shard_state", any_value(),
+          "split the AdamW moments and the update over each module's data-parallel (x CP) group: the gradients "
+          "are reduce-scattered and the updated weights all-gathered"),
       layout.key<&LayoutConfig::placement>("placement", placement_names(),
           "colocated = both modules on the same ranks; non-colocated = encoder ranks, then llm ranks; "
           "uniform = the encoder takes the llm's layout and ranks"),

@@ -96,35 +96,67 @@ void Group::all_reduce(at::Tensor& tensor, ReduceOp op) {
 
 at::Tensor Group::all_gather(const at::Tensor& tensor) {
   if (size() == 1) return tensor.clone();
-  RECORD_FUNCTION("group::all_gather", std::vector<c10::IValue>{tensor});  // named in op profiles
-  at::Tensor input = tensor.contiguous();
-  std::vector<int64_t> shape = input.sizes().vec();
+  std::vector<int64_t> shape = tensor.sizes().vec();
   if (shape.empty()) shape.push_back(1);
   shape[0] *= size();
-  at::Tensor output = at::empty(shape, input.options());
+  at::Tensor output = at::empty(shape, tensor.options());
+  all_gather_into(output, tensor);
+  return output;
+}
+
+void Group::all_gather_into(at::Tensor output, const at::Tensor& tensor) {
+  if (!output.is_contiguous() || output.numel() != tensor.numel() * size()) {
+    fail("all_gather", fmt::format("an output of {} values (contiguous: {}) for {} members' {}", output.numel(),
+                                   output.is_contiguous(), size(), tensor.numel()));
+  }
+  if (size() == 1) {
+    output.view_as(tensor).copy_(tensor);
+    return;
+  }
+  RECORD_FUNCTION("group::all_gather", std::vector<c10::IValue>{tensor});  // named in op profiles
+  at::Tensor input = tensor.contiguous();
   c10d::AllgatherOptions opts;
   opts.timeout = timeout_;
   const int64_t id = trace("all_gather", input);
   complete("all_gather", id, [&] { return backend_->_allgather_base(output, input, opts); });
-  return output;
 }
 
 at::Tensor Group::reduce_scatter(const at::Tensor& tensor) {
+  check_reduce_scatter_rows(tensor);
+  if (size() == 1) return tensor.clone();
+  RECORD_FUNCTION("group::reduce_scatter", std::vector<c10::IValue>{tensor});  // named in op profiles
+  const at::Tensor input = tensor.contiguous();
+  std::vector<int64_t> shape = input.sizes().vec();
+  shape[0] /= size();
+  return start_reduce_scatter(input, at::empty(shape, input.options())).wait();
+}
+
+Group::Pending Group::ireduce_scatter(const at::Tensor& input, at::Tensor output) {
+  if (!input.is_contiguous() || !output.is_contiguous()) fail("reduce_scatter", "the tensors must be contiguous");
+  check_reduce_scatter_rows(input);
+  if (output.numel() * size() != input.numel()) {
+    fail("reduce_scatter", fmt::format("an output of {} values for an input of {} over {} members", output.numel(),
+                                       input.numel(), size()));
+  }
+  if (size() == 1) return Pending(this, nullptr, output.copy_(input.view_as(output)), "reduce_scatter");
+  RECORD_FUNCTION("group::ireduce_scatter", std::vector<c10::IValue>{input});  // named in op profiles
+  return start_reduce_scatter(input, std::move(output));
+}
+
+void Group::check_reduce_scatter_rows(const at::Tensor& tensor) const {
   if (tensor.dim() == 0 || tensor.size(0) % size() != 0) {
     fail("reduce_scatter", fmt::format("dim 0 of shape {} is not divisible by {}",
                                        fmt::join(tensor.sizes(), "x"), size()));
   }
-  if (size() == 1) return tensor.clone();
-  RECORD_FUNCTION("group::reduce_scatter", std::vector<c10::IValue>{tensor});  // named in op profiles
-  at::Tensor input = tensor.contiguous();
-  std::vector<int64_t> shape = input.sizes().vec();
-  shape[0] /= size();
-  at::Tensor output = at::empty(shape, input.options());
+}
+
+Group::Pending Group::start_reduce_scatter(const at::Tensor& input, at::Tensor output) {
   c10d::ReduceScatterOptions opts;
   opts.timeout = timeout_;
   const int64_t id = trace("reduce_scatter", input);
-  complete("reduce_scatter", id, [&] { return backend_->_reduce_scatter_base(output, input, opts); });
-  return output;
+  at::Tensor in = input, out = output;  // c10d takes them mutable
+  return Pending(this, start("reduce_scatter", [&] { return backend_->_reduce_scatter_base(out, in, opts); }),
+                 std::move(output), "reduce_scatter", id);
 }
 
 at::Tensor Group::all_to_all_v(const at::Tensor& input, const std::vector<int64_t>& send_rows,
@@ -190,6 +222,8 @@ Group::Pending Group::iall_reduce(at::Tensor tensor) {
   RECORD_FUNCTION("group::iall_reduce", std::vector<c10::IValue>{tensor});  // named in op profiles
   return start_all_reduce(tensor, ReduceOp::kSum);
 }
+
+bool Group::Pending::done() const { return !work_ || work_->isCompleted(); }
 
 at::Tensor Group::Pending::wait() {
   if (work_) group_->wait(work_, call_, trace_id_);

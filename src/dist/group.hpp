@@ -39,6 +39,8 @@ class Group {
   void all_reduce(at::Tensor& tensor, ReduceOp op = ReduceOp::kSum);
   // Concatenates every member's tensor (all the same shape) along dim 0.
   at::Tensor all_gather(const at::Tensor& tensor);
+  // The same into `output` (contiguous, size() times `input`'s values).
+  void all_gather_into(at::Tensor output, const at::Tensor& input);
   // Sums across members, then member i keeps rows [i*n/size, (i+1)*n/size).
   at::Tensor reduce_scatter(const at::Tensor& tensor);
   // Sends rows [sum(send_rows[:j]), +send_rows[j]) of `input` to member j and
@@ -58,6 +60,7 @@ class Group {
             int64_t trace_id = -1)
         : group_(group), work_(std::move(work)), buffer_(std::move(buffer)), call_(call), trace_id_(trace_id) {}
     at::Tensor wait();  // the buffer: for a receive, the data received
+    bool done() const;  // finished already (never blocks)
    private:
     const Group* group_;
     c10::intrusive_ptr<c10d::Work> work_;
@@ -69,6 +72,10 @@ class Group {
   // A sum over the members, in place in `tensor` (contiguous), started now and
   // finished by wait(): a data-parallel bucket reduced while the backward goes on.
   Pending iall_reduce(at::Tensor tensor);
+  // reduce_scatter started now into `output` (this member's rows of the sum,
+  // returned by wait()). `input` (contiguous, dim 0 divisible by the size)
+  // must live until then: a bucket's sum whose shard of the sum this member keeps.
+  Pending ireduce_scatter(const at::Tensor& input, at::Tensor output);
   Pending irecv(at::Tensor buffer, int src, int tag);
   void barrier();
 
@@ -78,6 +85,9 @@ class Group {
   c10::intrusive_ptr<c10d::Work> start(const char* call, const std::function<c10::intrusive_ptr<c10d::Work>()>& post) const;
   // Posts an all-reduce of `tensor` in place (both all_reduce and iall_reduce).
   Pending start_all_reduce(const at::Tensor& tensor, ReduceOp op);
+  // Posts a reduce-scatter of `input` (contiguous) into `output` (both reduce_scatter and ireduce_scatter).
+  Pending start_reduce_scatter(const at::Tensor& input, at::Tensor output);
+  void check_reduce_scatter_rows(const at::Tensor& tensor) const;
   // Starts a call and waits for it.
   void complete(const char* call, int64_t trace_id, const std::function<c10::intrusive_ptr<c10d::Work>()>& post) const;
   void wait(const c10::intrusive_ptr<c10d::Work>& work, const char* call, int64_t trace_id) const;

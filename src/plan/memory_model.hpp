@@ -33,7 +33,14 @@ struct RankMemory {
 
 // Bytes a parameter holds on every device and precision: fp32 weight,
 // gradient and two AdamW moments, or the weight alone when it is frozen.
-inline double parameter_state_bytes(double parameters, bool trainable) { return parameters * (trainable ? 16 : 4); }
+// With the optimizer state sharded over a group of `shard_group` (> 1), a
+// rank keeps its 1/shard_group of the moments and of the summed gradient
+// (train/grad_reducer.hpp) beside the whole weight and, until its bucket is
+// reduce-scattered, the whole unsummed gradient.
+inline double parameter_state_bytes(double parameters, bool trainable, int shard_group = 1) {
+  if (!trainable) return parameters * 4;
+  return parameters * (shard_group > 1 ? 8 + 12.0 / shard_group : 16);
+}
 
 struct MemoryAssumptions {
   double element_bytes = 4;   // an activation value

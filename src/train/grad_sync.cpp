@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <unordered_set>
 
 namespace hetpar {
 namespace {
@@ -15,12 +16,23 @@ std::vector<at::Tensor> defined_grads(const std::vector<at::Tensor>& params) {
   return grads;
 }
 
-// Sum of the squared gradient norms, as a 0-d double tensor where the
-// gradients live: one multi-tensor kernel, no read back to the host.
-at::Tensor squared_norm(const std::vector<at::Tensor>& params) {
-  const std::vector<at::Tensor> grads = defined_grads(params);
-  if (grads.empty()) return at::zeros({}, at::TensorOptions(at::kDouble).device(params.empty() ? at::kCPU : params[0].device()));
+// Sum of the squared norms, as a 0-d double tensor where the gradients
+// live: one multi-tensor kernel, no read back to the host.
+at::Tensor squared_norm(const std::vector<at::Tensor>& grads, const at::Device& device) {
+  if (grads.empty()) return at::zeros({}, at::TensorOptions(at::kDouble).device(device));
   return at::stack(at::_foreach_norm(grads, 2)).to(at::kDouble).square().sum();
+}
+
+// A sharding module's segments' gradients, by whether their parameter is replicated over TP.
+std::pair<std::vector<at::Tensor>, std::vector<at::Tensor>> segment_grads(const NormShare& s) {
+  std::unordered_set<const void*> replicated;
+  for (const at::Tensor& p : s.params->replicated) replicated.insert(p.unsafeGetTensorImpl());
+  std::vector<at::Tensor> split, whole;
+  for (const GradReducer::Segment& seg : s.sharded->segments()) {
+    const bool is_replicated = replicated.count(s.sharded->params()[seg.param].unsafeGetTensorImpl()) > 0;
+    (is_replicated ? whole : split).push_back(seg.grad);
+  }
+  return {split, whole};
 }
 
 }  // namespace
@@ -28,18 +40,22 @@ at::Tensor squared_norm(const std::vector<at::Tensor>& params) {
 at::Tensor global_grad_norm(Group& world, const std::vector<NormShare>& shares, const at::Device& device) {
   at::Tensor total = at::zeros({1}, at::TensorOptions(at::kDouble).device(device));
   for (const NormShare& s : shares) {
+    if (s.sharded != nullptr) {
+      const auto [split, replicated] = segment_grads(s);
+      total += squared_norm(split, device);
+      if (s.tp_first) total += squared_norm(replicated, device);
+      continue;
+    }
     if (!s.dp_first) continue;
-    total += squared_norm(s.params->sharded);
-    if (s.tp_first) total += squared_norm(s.params->replicated);
+    total += squared_norm(defined_grads(s.params->sharded), device);
+    if (s.tp_first) total += squared_norm(defined_grads(s.params->replicated), device);
   }
   world.all_reduce(total);
   return total.sqrt_();
 }
 
-void clip_gradients(const std::vector<at::Tensor>& params, const at::Tensor& norm, double max_norm) {
-  if (max_norm <= 0) return;
-  std::vector<at::Tensor> grads = defined_grads(params);
-  if (grads.empty()) return;
+void clip_gradients(const std::vector<at::Tensor>& grads, const at::Tensor& norm, double max_norm) {
+  if (max_norm <= 0 || grads.empty()) return;
   // max_norm / (norm + 1e-6) where the norm exceeds max_norm, else exactly 1.
   const at::Tensor factor = at::where(norm > max_norm, max_norm / (norm + 1e-6), at::ones_like(norm));
   at::_foreach_mul_(grads, factor.to(grads[0].scalar_type()).squeeze());

@@ -28,6 +28,7 @@
 #include "train/grad_reducer.hpp"
 #include "train/grad_sync.hpp"
 #include "train/multimodal_model.hpp"
+#include "train/sharded_optimizer.hpp"
 #include "util/durable_file.hpp"
 #include "util/exit_codes.hpp"
 #include "util/log.hpp"
@@ -91,12 +92,12 @@ ReductionOrder reduction_order(const MultimodalModel& model, bool encoder_side,
 
 std::optional<GradReducer> make_reduction(const MultimodalModel& model, bool encoder_side,
                                           const MultimodalModel::ParameterSets& trainable, ModuleGroups& module,
-                                          const RuntimeConfig& runtime) {
+                                          const RuntimeConfig& runtime, bool shard) {
   if (!module.active()) return std::nullopt;
   ReductionOrder order = reduction_order(model, encoder_side, trainable);
   const auto bucket_bytes = std::max<int64_t>(1, static_cast<int64_t>(runtime.grad_bucket_mib * (1 << 20)));
   return std::optional<GradReducer>(std::in_place, std::move(order.params), module.get(GroupKind::kDataContext),
-                                    bucket_bytes, runtime.overlap_grad_reduce, std::move(order.names));
+                                    bucket_bytes, runtime.overlap_grad_reduce, std::move(order.names), shard);
 }
 
 // The run's summary.json: its metadata, the steps it ran, medians after the warm-up.
@@ -130,22 +131,33 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
     if (leader && !note.empty()) log_info("{}: {}", outputs.init_hf, note);
   }
   const std::vector<at::Tensor> params = model.trainable_parameters();
-  FusedAdamW optimizer(params, config.optim);
   const SyntheticData data(config.encoder, config.llm, config.data, static_cast<uint64_t>(config.run.seed), device);
   const auto encoder_params = model.encoder_side(), llm_params = model.llm_side();
+  // Each module's gradients summed over its own DP x CP group (CP ranks hold partial gradients of the same replica).
+  std::optional<GradReducer> encoder_reduction =
+      make_reduction(model, true, encoder_params, encoder, config.runtime, config.optim.shard_state);
+  std::optional<GradReducer> llm_reduction =
+      make_reduction(model, false, llm_params, llm, config.runtime, config.optim.shard_state);
+  const StepReductions reductions{encoder_reduction ? &*encoder_reduction : nullptr,
+                                  llm_reduction ? &*llm_reduction : nullptr};
+  const std::vector<const GradReducer*> reducers = {reductions.encoder, reductions.llm};
+  std::vector<GradReducer*> sharding;  // their updated weights are all-gathered after each step
+  for (GradReducer* r : {reductions.encoder, reductions.llm}) {
+    if (r != nullptr && r->sharded()) sharding.push_back(r);
+  }
+  FusedAdamW optimizer(optimizer_targets(params, reducers), config.optim);
   std::vector<NormShare> norm_shares;
   // After the sync over dp x cp every replica and CP rank holds the same gradients: one of them counts.
   auto first_replica = [](const ModuleGroups& m) { return m.coord().dp == 0 && m.coord().cp == 0; };
-  if (encoder.active()) norm_shares.push_back({&encoder_params, first_replica(encoder), encoder.coord().tp == 0});
-  if (llm.active()) norm_shares.push_back({&llm_params, first_replica(llm), llm.coord().tp == 0});
-  // Each module's gradients summed over its own DP x CP group (CP ranks hold partial gradients of the same replica).
-  std::optional<GradReducer> encoder_reduction = make_reduction(model, true, encoder_params, encoder, config.runtime);
-  std::optional<GradReducer> llm_reduction = make_reduction(model, false, llm_params, llm, config.runtime);
-  const StepReductions reductions{encoder_reduction ? &*encoder_reduction : nullptr,
-                                  llm_reduction ? &*llm_reduction : nullptr};
+  auto sharded = [](const std::optional<GradReducer>& r) { return r && r->sharded() ? &*r : nullptr; };
+  if (encoder.active()) {
+    norm_shares.push_back({&encoder_params, first_replica(encoder), encoder.coord().tp == 0, sharded(encoder_reduction)});
+  }
+  if (llm.active()) norm_shares.push_back({&llm_params, first_replica(llm), llm.coord().tp == 0, sharded(llm_reduction)});
 
   const CheckpointParts checkpoint_parts{config, model, optimizer, runtime.world(),
-                                        encoder.active() ? encoder.coord().tp : 0, llm.active() ? llm.coord().tp : 0};
+                                        encoder.active() ? encoder.coord().tp : 0, llm.active() ? llm.coord().tp : 0,
+                                        reducers};
   int64_t first_step = 1;
   std::vector<nlohmann::json> step_lines;  // the leader's record of every step, earlier runs' included
   if (!outputs.resume.empty()) {
@@ -194,7 +206,7 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
     const auto t0 = Clock::now();
     const double lr = learning_rate(config.optim, step, config.run.steps);
     optimizer.set_lr(lr);
-    optimizer.zero_grad();
+    drop_gradients(params);
     const double target_tokens = static_cast<double>(data.target_tokens(step));
     for (GradReducer* r : {reductions.encoder, reductions.llm}) {
       if (r != nullptr) r->begin_step();
@@ -218,8 +230,9 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
     }
     {
       auto timed = timer.measure(Phase::kOptimizer);
-      clip_gradients(params, grad_norm, config.optim.grad_clip);
+      clip_gradients(optimizer.gradients(), grad_norm, config.optim.grad_clip);
       optimizer.step();
+      for (GradReducer* r : sharding) r->gather_params();
     }
     // The step's one host sync: everything it queued done, within the timeout.
     no_host_sync.reset();

@@ -82,13 +82,16 @@ def test_report_fails_what_misses(tmp_path, bf16_shift, mfu, failing):
     assert {c["check"]: c for c in result["checks"]}[failing]["result"] == "FAIL", text
 
 
-@pytest.mark.parametrize("sums_after_shift, started, ok", [(0.0, 50, True), (1e-9, 50, False), (0.0, 0, False)])
-def test_report_checks_the_two_gpu_runs(tmp_path, sums_after_shift, started, ok):
+@pytest.mark.parametrize("sums_after_shift, started, sharded_shift, ok", [
+    (0.0, 50, 0.0, True), (1e-9, 50, 0.0, False), (0.0, 0, 0.0, False),
+    (0.0, 50, 1e-7, True), (0.0, 50, 1e-5, False)])
+def test_report_checks_the_two_gpu_runs(tmp_path, sums_after_shift, started, sharded_shift, ok):
     out = tmp_path / "out"
     crafted(out, bf16_shift=1e-4, mfu=0.5)
     (out / "stages.tsv").write_text("build\t0\t100\ndevices\t0\t1\nhost_sync\t0\t5\n")  # multi_gpu ran
     base = [5.0, 4.0, 3.0]
     for run, losses in {"uniform_2": base, "uniform_2_sums_after": [l * (1 + sums_after_shift) for l in base],
+                        "uniform_2_sharded": [l * (1 + sharded_shift) for l in base],
                         "colocated_2": base, "noncolocated_2": base}.items():
         (out / run).mkdir()
         (out / run / "steps.jsonl").write_text(steps(losses))
@@ -99,7 +102,8 @@ def test_report_checks_the_two_gpu_runs(tmp_path, sums_after_shift, started, ok)
     assert by_name["colocated 2 GPUs vs uniform 2"]["result"] == "pass"
     same = by_name["DP sums in the backward vs after it, 2 GPUs"]["result"] == "pass"
     early = by_name["DP buckets started in the backward, 2 GPUs"]["result"] == "pass"
-    assert (same and early) == ok, text
+    sharded = by_name["optimizer state sharded vs whole, 2 GPUs"]["result"] == "pass"
+    assert (same and early and sharded) == ok, text
     assert (code == 0) == ok, text
 
 
