@@ -40,9 +40,12 @@ FullOptimizerState::FullOptimizerState(const FusedAdamW& optimizer, const std::v
       avg.push_back(state.exp_avg);
       avg_sq.push_back(state.exp_avg_sq);
     }
+    // On the host: whole moments on the device would take back, at every
+    // save, the memory the sharding saves (each bucket passes through the
+    // device on its way).
     for (const at::Tensor& p : r->params()) {
-      whole_avg.push_back(at::empty_like(p, at::MemoryFormat::Contiguous));
-      whole_avg_sq.push_back(at::empty_like(p, at::MemoryFormat::Contiguous));
+      whole_avg.push_back(at::empty(p.sizes(), p.options().device(at::kCPU)));
+      whole_avg_sq.push_back(at::empty(p.sizes(), p.options().device(at::kCPU)));
     }
     r->gather(avg, whole_avg);
     r->gather(avg_sq, whole_avg_sq);

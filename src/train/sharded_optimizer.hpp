@@ -30,8 +30,8 @@ std::vector<FusedAdamW::Target> optimizer_targets(const std::vector<at::Tensor>&
 
 // Every parameter's whole AdamW state (undefined members for a frozen one):
 // the optimizer's own tensors where it holds them whole, gathered over the
-// group for a sharding reducer's (a collective on each of their groups, on
-// every member, in the reducers' order).
+// group onto the host for a sharding reducer's (a collective on each of
+// their groups, on every member, in the reducers' order).
 class FullOptimizerState {
  public:
   FullOptimizerState(const FusedAdamW& optimizer, const std::vector<const GradReducer*>& reducers);
