@@ -5,7 +5,8 @@
 // And the reducer that starts buckets during the step's last backward
 // (train/grad_reducer.hpp) on a real autograd graph: when they start, that
 // the sums are those of a reduction after the backward to the bit, and that a
-// gradient landing after its bucket started is an error.
+// gradient landing after its bucket started is an error. And the sharded
+// reduction (optim.shard_state): reduce-scattered segments and the gather.
 #include <ATen/ATen.h>
 
 #include "model/param_init.hpp"

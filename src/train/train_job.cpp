@@ -141,19 +141,20 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
   const StepReductions reductions{encoder_reduction ? &*encoder_reduction : nullptr,
                                   llm_reduction ? &*llm_reduction : nullptr};
   const std::vector<const GradReducer*> reducers = {reductions.encoder, reductions.llm};
-  std::vector<GradReducer*> sharding;  // their updated weights are all-gathered after each step
+  // Where a module shards its optimizer state (optim.shard_state), its updated weights are all-gathered after each step.
+  auto sharded = [](GradReducer* r) { return r != nullptr && r->sharded() ? r : nullptr; };
+  std::vector<GradReducer*> sharding;
   for (GradReducer* r : {reductions.encoder, reductions.llm}) {
-    if (r != nullptr && r->sharded()) sharding.push_back(r);
+    if (sharded(r) != nullptr) sharding.push_back(r);
   }
   FusedAdamW optimizer(optimizer_targets(params, reducers), config.optim);
   std::vector<NormShare> norm_shares;
   // After the sync over dp x cp every replica and CP rank holds the same gradients: one of them counts.
   auto first_replica = [](const ModuleGroups& m) { return m.coord().dp == 0 && m.coord().cp == 0; };
-  auto sharded = [](const std::optional<GradReducer>& r) { return r && r->sharded() ? &*r : nullptr; };
   if (encoder.active()) {
-    norm_shares.push_back({&encoder_params, first_replica(encoder), encoder.coord().tp == 0, sharded(encoder_reduction)});
+    norm_shares.push_back({&encoder_params, first_replica(encoder), encoder.coord().tp == 0, sharded(reductions.encoder)});
   }
-  if (llm.active()) norm_shares.push_back({&llm_params, first_replica(llm), llm.coord().tp == 0, sharded(llm_reduction)});
+  if (llm.active()) norm_shares.push_back({&llm_params, first_replica(llm), llm.coord().tp == 0, sharded(reductions.llm)});
 
   const CheckpointParts checkpoint_parts{config, model, optimizer, runtime.world(),
                                         encoder.active() ? encoder.coord().tp : 0, llm.active() ? llm.coord().tp : 0,
