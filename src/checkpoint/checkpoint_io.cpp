@@ -51,11 +51,15 @@ class RankFiles {
   std::map<int, Tensors> files_;
 };
 
-void copy_checked(at::Tensor& into, const at::Tensor& from, const std::string& what) {
-  if (into.sizes() != from.sizes()) {
+void check_shape(const at::Tensor& from, at::IntArrayRef shape, const std::string& what) {
+  if (from.sizes() != shape) {
     throw CheckpointError(fmt::format("{}: shape [{}] in the checkpoint, [{}] on this rank", what,
-                                      fmt::join(from.sizes(), ","), fmt::join(into.sizes(), ",")));
+                                      fmt::join(from.sizes(), ","), fmt::join(shape, ",")));
   }
+}
+
+void copy_checked(at::Tensor& into, const at::Tensor& from, const std::string& what) {
+  check_shape(from, into.sizes(), what);
   into.copy_(from);
 }
 
@@ -157,8 +161,8 @@ void load_checkpoint(const CheckpointParts& parts, const std::string& checkpoint
     if (!s.step.defined()) continue;
     for (const char* kind : kStateKinds) {
       const std::string name = std::string(kind) + "/" + p.name;
-      at::Tensor whole = at::empty_like(p.tensor);
-      copy_checked(whole, value(name), name);
+      const at::Tensor whole = value(name);
+      check_shape(whole, p.tensor.sizes(), name);
       load_state_part(std::string(kind) == "exp_avg" ? s.exp_avg : s.exp_avg_sq, whole, s.offset);
     }
     at::Tensor step = s.step;

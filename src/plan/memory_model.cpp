@@ -65,10 +65,6 @@ double encoder_bytes_per_patch(const EncoderConfig& e, int tp, double eb) {
 // parameter at one micro-batch a step and 18.3 at two and four.
 double step_copy_bytes(const MemoryAssumptions& a) { return a.element_bytes < kFp32 ? a.element_bytes : 0; }
 
-// The group a module's optimizer state is sharded over (1: not sharded):
-// its gradients' reduction group, DP x CP.
-int shard_group(const RunConfig& c, const Layout& lay) { return c.optim.shard_state ? lay.dp * lay.cp : 1; }
-
 // The LLM's stage `s` on one rank: its layers' state, its activations for
 // `in_flight` micro-batches, and on the last stage the logits.
 Part llm_part(const RunConfig& c, int s, int64_t in_flight, const MemoryAssumptions& a) {
@@ -84,7 +80,7 @@ Part llm_part(const RunConfig& c, int s, int64_t in_flight, const MemoryAssumpti
   const double tokens = double(c.data.micro_batch_size) * double(l.seq_len) / lay.cp;
   Part p;
   p.what = "llm stage " + std::to_string(s);
-  p.state = parameter_state_bytes(params / lay.tp, true, shard_group(c, lay));
+  p.state = parameter_state_bytes(params / lay.tp, true, optimizer_shard_group(c, lay.dp * lay.cp));
   const double read_by_matmuls = params - (s == 0 ? vocab * h : 0);  // all but the embedding table
   p.state += step_copy_bytes(a) * read_by_matmuls / lay.tp;
   p.in_flight = in_flight;
@@ -119,7 +115,7 @@ Part encoder_part(const RunConfig& c, int s, int64_t in_flight, double images, c
   Part p;
   p.what = "encoder stage " + std::to_string(s);
   const double params = (blocks * double(layers.count) / double(e.layers) + (first ? embedding : 0)) / lay.tp;
-  p.state = parameter_state_bytes(params, !e.frozen, shard_group(c, lay));
+  p.state = parameter_state_bytes(params, !e.frozen, optimizer_shard_group(c, lay.dp * lay.cp));
   if (!e.frozen) p.state += step_copy_bytes(a) * params;  // a frozen weight is cast afresh at each use
   const double eb = a.element_bytes;
   double bytes = patches * double(layers.count) * encoder_bytes_per_patch(e, lay.tp, eb);
@@ -128,7 +124,7 @@ Part encoder_part(const RunConfig& c, int s, int64_t in_flight, double images, c
   const double projector_bytes = double(e.tokens_per_image()) * (h + 2 * double(c.llm.hidden) / lay.tp) * eb;
   if (last) {
     const double projector = double(projector_parameters(e, c.llm)) / lay.tp;
-    p.state += parameter_state_bytes(projector, true, shard_group(c, lay)) + step_copy_bytes(a) * projector;
+    p.state += parameter_state_bytes(projector, true, optimizer_shard_group(c, lay.dp * lay.cp)) + step_copy_bytes(a) * projector;
     bytes += projector_bytes;
   }
   // A frozen encoder saves nothing below its projector: no backward runs through it.

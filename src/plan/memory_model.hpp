@@ -37,6 +37,12 @@ struct RankMemory {
 // rank keeps its 1/shard_group of the moments and of the summed gradient
 // (train/grad_reducer.hpp) beside the whole weight and, until its bucket is
 // reduce-scattered, the whole unsummed gradient.
+// The group a module's optimizer state is sharded over (1: not sharded):
+// its gradients' reduction group `reduction_group`, with optim.shard_state.
+inline int optimizer_shard_group(const RunConfig& c, int reduction_group) {
+  return c.optim.shard_state ? reduction_group : 1;
+}
+
 inline double parameter_state_bytes(double parameters, bool trainable, int shard_group = 1) {
   if (!trainable) return parameters * 4;
   return parameters * (shard_group > 1 ? 8 + 12.0 / shard_group : 16);

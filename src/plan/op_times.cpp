@@ -6,6 +6,7 @@
 #include "metrics/model_flops.hpp"
 #include "parallel/pipeline_schedule.hpp"
 #include "plan/alpha_beta_fit.hpp"
+#include "plan/memory_model.hpp"
 
 namespace hetpar {
 namespace {
@@ -327,15 +328,15 @@ OpEstimate estimate_ops(const RunConfig& c, const Profile& p) {
   // With optim.shard_state (a group of more than one) the buckets are
   // reduce-scattered instead, AdamW updates a 1/group share, and the updated
   // weights are all-gathered after it, bucket by bucket: nothing hides that.
-  const auto sharded = [&](int group) { return c.optim.shard_state && group > 1; };
-  const auto sync = [&](double parameters, int first, int stride, int group, const std::vector<double>& backward) {
+  // `shards`: the module's optimizer state is sharded over `group`.
+  const auto sync = [&](double parameters, int first, int stride, int group, bool shards,
+                        const std::vector<double>& backward) {
     if (group <= 1) return 0.0;
     const double bytes = kFp32 * parameters;
     const double buckets = std::max(1.0, std::ceil(bytes / (c.runtime.grad_bucket_mib * (1 << 20))));
     const int spans = members_per_node(p, first, stride, group);
-    const double all = buckets * p.collective_seconds(sharded(group) ? "reduce_scatter" : "all_reduce", group,
-                                                      bytes / buckets, spans);
-    const double gather = sharded(group) ? buckets * p.collective_seconds("all_gather", group, bytes / buckets, spans) : 0;
+    const double all = buckets * p.collective_seconds(shards ? "reduce_scatter" : "all_reduce", group, bytes / buckets, spans);
+    const double gather = shards ? buckets * p.collective_seconds("all_gather", group, bytes / buckets, spans) : 0;
     if (!c.runtime.overlap_grad_reduce || p.cores() > 0 || backward.empty()) return all + gather;
     const double last_backward = *std::min_element(backward.begin(), backward.end());  // the stage that hides least
     return std::max(all / buckets, all - last_backward) + gather;
@@ -345,10 +346,12 @@ OpEstimate estimate_ops(const RunConfig& c, const Profile& p) {
                              static_cast<double>(projector_parameters(enc, llm))) /
                             (pl.encoder.tp * pl.encoder.pp);
   const int llm_group = pl.llm.dp * pl.llm.cp, enc_group = pl.encoder.dp;
-  const double llm_optimizer = p.memory_seconds("add", 7 * kFp32 * llm_params / (sharded(llm_group) ? llm_group : 1));
-  const double enc_optimizer = p.memory_seconds("add", 7 * kFp32 * enc_params / (sharded(enc_group) ? enc_group : 1));
-  const double llm_side = sync(llm_params, llm_first, pl.llm.tp, llm_group, t.llm_backward) + llm_optimizer;
-  const double enc_side = sync(enc_params, enc_first, pl.encoder.tp, enc_group, t.encoder_backward) + enc_optimizer;
+  const int llm_shards = optimizer_shard_group(c, llm_group), enc_shards = optimizer_shard_group(c, enc_group);
+  const double llm_optimizer = p.memory_seconds("add", 7 * kFp32 * llm_params / llm_shards);
+  const double enc_optimizer = p.memory_seconds("add", 7 * kFp32 * enc_params / enc_shards);
+  const double llm_side = sync(llm_params, llm_first, pl.llm.tp, llm_group, llm_shards > 1, t.llm_backward) + llm_optimizer;
+  const double enc_side =
+      sync(enc_params, enc_first, pl.encoder.tp, enc_group, enc_shards > 1, t.encoder_backward) + enc_optimizer;
   const double norm = p.collective_seconds("all_reduce", world, 8, members_per_node(p, 0, 1, world));
   t.per_step = norm + (pl.placement == Placement::NonColocated ? std::max(llm_side, enc_side) : llm_side + enc_side);
   out.compute_seconds += pl.llm.size() * llm_optimizer + pl.encoder.size() * enc_optimizer;

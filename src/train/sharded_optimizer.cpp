@@ -14,8 +14,11 @@ std::vector<FusedAdamW::Target> optimizer_targets(const std::vector<at::Tensor>&
     if (r == nullptr || !r->sharded()) continue;
     for (const at::Tensor& p : r->params()) by_segments.insert(p.unsafeGetTensorImpl());
     for (const GradReducer::Segment& s : r->segments()) {
-      const at::Tensor& param = r->params()[s.param];
-      targets.push_back({s.values, s.grad, param, s.offset, param.dim() >= 2});
+      FusedAdamW::Target segment = FusedAdamW::whole(r->params()[s.param]);  // its parameter's decay
+      segment.values = s.values;
+      segment.grad = s.grad;
+      segment.offset = s.offset;
+      targets.push_back(std::move(segment));
     }
   }
   for (const at::Tensor& p : params) {
