@@ -43,7 +43,7 @@ int run_eval(const EvalArgs& args) {
   return run_job("eval", job, {"--init-hf", args.init_hf, "--batch", args.batch},
                  [&](const RunConfig& config, const LaunchEnv& env) {
                    return run_eval_job(config, env, args.init_hf, args.batch);
-                 }, /*needs_full_model=*/true, check_batch);
+                 }, /*whole_model_on_every_rank=*/true, check_batch);
 }
 
 }  // namespace hetpar

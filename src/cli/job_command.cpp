@@ -51,7 +51,7 @@ RunConfig load_job_config(const JobArgs& args, bool say_notes) {
 }  // namespace
 
 int run_job(const std::string& subcommand, const JobArgs& args, const std::vector<std::string>& rank_args,
-            const std::function<int(const RunConfig&, const LaunchEnv&)>& rank_main, bool needs_full_model,
+            const std::function<int(const RunConfig&, const LaunchEnv&)>& rank_main, bool whole_model_on_every_rank,
             const Preflight& preflight) {
   std::optional<LaunchEnv> env;
   RunConfig config;
@@ -68,15 +68,13 @@ int run_job(const std::string& subcommand, const JobArgs& args, const std::vecto
     // The local launcher starts every rank on this node: one GPU each.
     if (!env && config.runtime.device == "cuda") cuda_device_index(0, config.placement.world_size, gpus);
     check_trainer_supports(config);
-    if (needs_full_model && config.placement.placement == Placement::NonColocated) {
+    if (whole_model_on_every_rank && config.placement.placement == Placement::NonColocated) {
       throw ConfigError(config.source_file, "layout.placement",
-                        "reading or writing a transformers checkpoint needs both modules on the same ranks "
-                        "(uniform or colocated), got non-colocated");
+                        subcommand + " runs both modules on every rank (uniform or colocated), got non-colocated");
     }
-    if (needs_full_model && config.placement.llm.pp > 1) {
+    if (whole_model_on_every_rank && config.placement.llm.pp > 1) {
       throw ConfigError(config.source_file, "layout.llm.pp",
-                        "reading or writing a transformers checkpoint needs the whole LLM on every rank, got " +
-                            config.placement.llm.to_string());
+                        subcommand + " runs the whole LLM on every rank, got " + config.placement.llm.to_string());
     }
     if (env && args.nproc && args.nproc != env->world_size) {
       throw ConfigError("--nproc", "--nproc",

@@ -34,11 +34,12 @@ void add_job_options(CLI::App& cmd, JobArgs& args, bool config_required = true);
 // the ranks, each re-running `subcommand` with `rank_args` appended; inside a
 // rank of an outside launcher (torchrun, srun) rank 0 runs `preflight` and
 // every rank `rank_main`. Returns the exit code.
-// `needs_full_model`: the subcommand reads or writes whole checkpoints, which
-// needs both modules on rank 0 (uniform or colocated placement).
+// `whole_model_on_every_rank`: the subcommand runs both whole modules on every
+// rank (eval's forward), which refuses the non-colocated placement and LLM
+// pipeline parallelism.
 using Preflight = std::function<void(const RunConfig&)>;
 int run_job(const std::string& subcommand, const JobArgs& args, const std::vector<std::string>& rank_args,
-            const std::function<int(const RunConfig&, const LaunchEnv&)>& rank_main, bool needs_full_model,
+            const std::function<int(const RunConfig&, const LaunchEnv&)>& rank_main, bool whole_model_on_every_rank,
             const Preflight& preflight);
 
 }  // namespace hetpar

@@ -4,35 +4,20 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <set>
 
 #include "interop/hf_model_config.hpp"
 #include "io/safetensors.hpp"
 #include "model/param_init.hpp"
 #include "tp/tp_comm_ops.hpp"
-#include "util/durable_file.hpp"
 
 namespace hetpar {
 namespace {
 
-// The tower's final LayerNorm that transformers expects but LLaVA never
-// applies to the features it uses: exported as the identity.
-constexpr const char* kUnusedPostLayerNorm = "model.vision_tower.post_layernorm.";
 constexpr const char* kPatchWeight = "encoder.patch_embedding.weight";
 
 bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
-
-// Shapes differ in one place: the patch embedding is a convolution there.
-at::Tensor to_hf_shape(const std::string& name, const at::Tensor& full, const EncoderConfig& e) {
-  if (name != kPatchWeight) return full;
-  return full.reshape({e.hidden, e.channels, e.patch_size, e.patch_size});
-}
-
-at::Tensor gather_full(const MultimodalModel::NamedParameter& p, Group& tp) {
-  const at::Tensor local = p.tensor.detach();
-  if (p.shard_dim < 0 || tp.size() == 1) return local;
-  return p.shard_dim == 0 ? tp.all_gather(local) : all_gather_last_dim(local, tp);
-}
 
 // transformers writes two key layouts: its model's own ("model.language_model.",
 // what hetpar writes) and, from save_pretrained, the original one
@@ -65,22 +50,30 @@ std::string legacy_hf_name(const std::string& name) {
   return name;
 }
 
-struct CheckpointTensors {
-  std::map<std::string, at::Tensor> by_name;     // canonical name -> tensor
-  std::map<std::string, std::string> file_of;    // canonical name -> "file (key)"
+// Where each tensor of a checkpoint lies, from the files' headers alone: a
+// rank reads only the tensors of its own stage.
+struct CheckpointIndex {
+  struct Place {
+    std::string file, key;
+    SafetensorsEntry entry;
+  };
+  std::map<std::string, Place> by_name;  // canonical name -> where
+  std::string where(const std::string& name) const {
+    const Place& p = by_name.at(name);
+    return p.file + " (" + p.key + ")";
+  }
 };
 
-CheckpointTensors read_checkpoint_tensors(const std::string& dir) {
-  CheckpointTensors out;
+CheckpointIndex index_checkpoint(const std::string& dir) {
+  CheckpointIndex out;
   for (const std::string& file : hf_weight_files(dir)) {
-    for (auto& [key, tensor] : read_safetensors(file)) {
+    for (const auto& [key, entry] : read_safetensors_header(file).entries) {
       const std::string name = canonical_hf_name(key);
-      const std::string where = file + " (" + key + ")";
       if (out.by_name.count(name)) {
-        throw std::runtime_error(dir + ": " + out.file_of[name] + " and " + where + " are the same tensor " + name);
+        throw std::runtime_error(dir + ": " + out.where(name) + " and " + file + " (" + key + ") are the same tensor " +
+                                 name);
       }
-      out.by_name.emplace(name, std::move(tensor));
-      out.file_of.emplace(name, where);
+      out.by_name.emplace(name, CheckpointIndex::Place{file, key, entry});
     }
   }
   return out;
@@ -88,7 +81,7 @@ CheckpointTensors read_checkpoint_tensors(const std::string& dir) {
 
 // What a LLaVA holds that its forward never reads: skipped, said in one line.
 // Anything else left over is a model hetpar does not build: an error.
-std::string unused_tensors_note(const CheckpointTensors& tensors, const std::set<std::string>& used,
+std::string unused_tensors_note(const CheckpointIndex& tensors, const std::set<std::string>& used,
                                 const std::string& dir) {
   const std::string layers = "model.vision_tower.encoder.layers.";
   int64_t top_used = -1;
@@ -96,7 +89,7 @@ std::string unused_tensors_note(const CheckpointTensors& tensors, const std::set
     if (starts_with(name, layers)) top_used = std::max<int64_t>(top_used, std::stoll(name.substr(layers.size())));
   }
   std::map<std::string, int> skipped;  // why -> tensors
-  for (const auto& [name, tensor] : tensors.by_name) {
+  for (const auto& [name, place] : tensors.by_name) {
     if (used.count(name)) continue;
     if (starts_with(name, "model.vision_tower.head.")) {
       ++skipped["the tower's pooling head (vision_tower.head.*)"];
@@ -105,7 +98,7 @@ std::string unused_tensors_note(const CheckpointTensors& tensors, const std::set
     } else if (starts_with(name, layers) && std::stoll(name.substr(layers.size())) > top_used) {
       ++skipped["tower layers after vision_feature_layer"];
     } else {
-      throw std::runtime_error(tensors.file_of.at(name) + ": a tensor of no part of the model " + dir +
+      throw std::runtime_error(tensors.where(name) + ": a tensor of no part of the model " + dir +
                                "/config.json describes (hetpar builds a SigLIP tower, a projector and a Llama)");
     }
   }
@@ -155,45 +148,88 @@ std::string llava_config_json(const RunConfig& c) {
   return config.dump(2);
 }
 
-void save_hf(const RunConfig& config, const MultimodalModel& model, Group& encoder_tp, Group& llm_tp, bool write,
-             const std::string& dir) {
-  std::vector<std::pair<std::string, at::Tensor>> tensors;
-  for (const auto& p : model.named_parameters()) {
-    const at::Tensor full = gather_full(p, p.on_encoder_side ? encoder_tp : llm_tp);
-    tensors.emplace_back(hf_name(p.name), to_hf_shape(p.name, full, config.encoder).to(at::kFloat));
-  }
-  if (!write) return;
-  tensors.emplace_back(std::string(kUnusedPostLayerNorm) + "weight", at::ones({config.encoder.hidden}));
-  tensors.emplace_back(std::string(kUnusedPostLayerNorm) + "bias", at::zeros({config.encoder.hidden}));
-  ensure_writable_dir(dir);
-  write_file_atomic(dir + "/config.json", llava_config_json(config) + "\n");
-  write_safetensors(dir + "/model.safetensors", tensors);
+at::Tensor to_hf_shape(const std::string& name, const at::Tensor& full, const EncoderConfig& e) {
+  if (name != kPatchWeight) return full;
+  return full.reshape({e.hidden, e.channels, e.patch_size, e.patch_size});
 }
 
-std::string load_hf(const MultimodalModel& model, Group& encoder_tp, Group& llm_tp, const std::string& dir) {
-  const CheckpointTensors tensors = read_checkpoint_tensors(dir);
-  std::set<std::string> used;
-  at::NoGradGuard no_grad;
-  for (const auto& p : model.named_parameters()) {
+std::string load_hf(const MultimodalModel& model, JobGroups& groups, Group& world, const std::string& dir) {
+  const CheckpointIndex index = index_checkpoint(dir);
+  const auto params = model.named_parameters();
+  const auto tp_of = [&](const MultimodalModel::NamedParameter& p) -> Group& {
+    return (p.on_encoder_side ? groups.encoder() : groups.llm()).get(GroupKind::kTp);
+  };
+  // The first tensor this rank needs that the checkpoint lacks, or holds in another shape.
+  std::string problem;
+  for (const auto& p : params) {
     const std::string name = hf_name(p.name);
-    const auto it = tensors.by_name.find(name);
-    if (it == tensors.by_name.end()) {
-      throw std::runtime_error(dir + ": no tensor " + name + " (nor under the layout " + legacy_hf_name(name) + ")");
+    const auto it = index.by_name.find(name);
+    if (it == index.by_name.end()) {
+      problem = dir + ": no tensor " + name + " (nor under the layout " + legacy_hf_name(name) + ")";
+      break;
     }
-    used.insert(name);
-    const std::string file = tensors.file_of.at(name);
-    Group& tp = p.on_encoder_side ? encoder_tp : llm_tp;
-    at::Tensor full = it->second.to(at::kFloat);
-    if (p.name == kPatchWeight) full = full.reshape({full.size(0), -1});
-    at::Tensor mine = p.shard_dim < 0 ? full : shard(full, p.shard_dim, tp.rank(), tp.size());
-    if (mine.sizes() != p.tensor.sizes()) {
-      throw std::runtime_error(fmt::format("{}: {} has shape [{}], the run's config needs [{}] on this rank",
-                                           file, name, fmt::join(it->second.sizes(), ","),
-                                           fmt::join(p.tensor.sizes(), ",")));
+    std::vector<int64_t> shape = it->second.entry.shape;
+    if (p.name == kPatchWeight && !shape.empty()) {
+      int64_t rest = 1;
+      for (size_t d = 1; d < shape.size(); ++d) rest *= shape[d];
+      shape = {shape[0], rest};
     }
-    p.tensor.copy_(mine);
+    // Each TP rank holds 1/size of the shard dimension (-1: the whole tensor).
+    const int parts = tp_of(p).size(), dim = p.shard_dim;
+    const bool divides = dim < 0 || (dim < static_cast<int>(shape.size()) && shape[dim] % parts == 0);
+    if (divides && dim >= 0) shape[dim] /= parts;
+    if (!divides || at::IntArrayRef(shape) != p.tensor.sizes()) {
+      problem = fmt::format("{}: {} has shape [{}], the run's config needs [{}] on this rank", index.where(name),
+                            name, fmt::join(it->second.entry.shape, ","), fmt::join(p.tensor.sizes(), ","));
+      break;
+    }
   }
-  return unused_tensors_note(tensors, used, dir);
+  // Every rank judges the whole checkpoint alike, in one all-reduce over the
+  // job before anything is read: which tensors some rank uses (under pipeline
+  // parallelism none uses all), and the lowest rank that found a problem.
+  const int64_t count = static_cast<int64_t>(index.by_name.size());
+  std::vector<int> marks(count + 1, 0);
+  std::set<std::string> mine;
+  for (const auto& p : params) mine.insert(hf_name(p.name));
+  int64_t i = 0;
+  for (const auto& [name, place] : index.by_name) marks[i++] = static_cast<int>(mine.count(name));
+  marks[count] = problem.empty() ? 0 : world.size() - world.rank();
+  at::Tensor all = at::tensor(marks, at::kInt).to(model.device());
+  world.all_reduce(all, ReduceOp::kMax);
+  all = all.cpu();
+  if (const int found = all[count].item<int>(); found != 0) {
+    // Its message to every rank, so whichever exits first says what is wrong.
+    constexpr int64_t kLength = 1024;
+    at::Tensor text = at::zeros({kLength}, at::kByte);
+    std::copy_n(problem.data(), std::min<int64_t>(problem.size(), kLength - 1), text.data_ptr<uint8_t>());
+    text = text.to(model.device());
+    world.broadcast(text, world.size() - found);
+    text = text.cpu();
+    throw std::runtime_error(reinterpret_cast<const char*>(text.data_ptr<uint8_t>()));
+  }
+  std::set<std::string> used;
+  i = 0;
+  for (const auto& [name, place] : index.by_name) {
+    if (all[i++].item<int>() != 0) used.insert(name);
+  }
+  const std::string note = unused_tensors_note(index, used, dir);
+
+  // File by file, only this rank's tensors; each rank copies its TP shard.
+  std::map<std::string, std::vector<const MultimodalModel::NamedParameter*>> by_file;
+  for (const auto& p : params) by_file[index.by_name.at(hf_name(p.name)).file].push_back(&p);
+  at::NoGradGuard no_grad;
+  for (const auto& [file, file_params] : by_file) {
+    std::vector<std::string> keys;
+    for (const auto* p : file_params) keys.push_back(index.by_name.at(hf_name(p->name)).key);
+    const auto tensors = read_safetensors(file, keys);
+    for (const auto* p : file_params) {
+      at::Tensor full = tensors.at(index.by_name.at(hf_name(p->name)).key).to(at::kFloat);
+      if (p->name == kPatchWeight) full = full.reshape({full.size(0), -1});
+      Group& tp = tp_of(*p);
+      p->tensor.copy_(p->shard_dim < 0 ? full : shard(full, p->shard_dim, tp.rank(), tp.size()));
+    }
+  }
+  return note;
 }
 
 }  // namespace hetpar

@@ -78,7 +78,7 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
   }
 }
 
-std::map<std::string, at::Tensor> read_safetensors(const std::string& path) {
+SafetensorsHeader read_safetensors_header(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error(path + ": cannot open");
   uint64_t length = 0;
@@ -90,25 +90,51 @@ std::map<std::string, at::Tensor> read_safetensors(const std::string& path) {
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(text);
-  } catch (const std::exception& e) {
+    SafetensorsHeader out;
+    out.data_start = sizeof length + length;
+    for (const auto& [name, entry] : header.items()) {
+      if (name == "__metadata__") continue;
+      SafetensorsEntry e{dtype_of(entry.at("dtype").get<std::string>(), path),
+                         entry.at("shape").get<std::vector<int64_t>>()};
+      const auto offsets = entry.at("data_offsets").get<std::vector<uint64_t>>();
+      int64_t values = 1;
+      for (const int64_t d : e.shape) values *= d;
+      if (offsets.size() != 2 || offsets[1] < offsets[0] ||
+          offsets[1] - offsets[0] != static_cast<uint64_t>(values) * c10::elementSize(e.dtype)) {
+        throw std::runtime_error(path + ": tensor " + name + " has inconsistent data_offsets");
+      }
+      e.begin = offsets[0];
+      e.end = offsets[1];
+      out.entries.emplace(name, std::move(e));
+    }
+    return out;
+  } catch (const nlohmann::json::exception& e) {
     throw std::runtime_error(path + ": bad safetensors header: " + e.what());
   }
-  const std::streamoff data_start = static_cast<std::streamoff>(sizeof length + length);
+}
+
+std::map<std::string, at::Tensor> read_safetensors(const std::string& path, const std::vector<std::string>& names) {
+  const SafetensorsHeader header = read_safetensors_header(path);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error(path + ": cannot open");
   std::map<std::string, at::Tensor> out;
-  for (const auto& [name, entry] : header.items()) {
-    if (name == "__metadata__") continue;
-    const std::vector<int64_t> shape = entry.at("shape").get<std::vector<int64_t>>();
-    const auto offsets = entry.at("data_offsets").get<std::vector<uint64_t>>();
-    at::Tensor t = at::empty(shape, at::TensorOptions().dtype(dtype_of(entry.at("dtype").get<std::string>(), path)));
-    if (offsets.size() != 2 || offsets[1] - offsets[0] != t.nbytes()) {
-      throw std::runtime_error(path + ": tensor " + name + " has inconsistent data_offsets");
-    }
-    in.seekg(data_start + static_cast<std::streamoff>(offsets[0]));
+  for (const std::string& name : names) {
+    const auto it = header.entries.find(name);
+    if (it == header.entries.end()) throw std::runtime_error(path + ": no tensor " + name);
+    const SafetensorsEntry& e = it->second;
+    at::Tensor t = at::empty(e.shape, at::TensorOptions().dtype(e.dtype));
+    in.seekg(static_cast<std::streamoff>(header.data_start + e.begin));
     in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(t.nbytes()));
     if (!in) throw std::runtime_error(path + ": truncated data of tensor " + name);
     out[name] = t;
   }
   return out;
+}
+
+std::map<std::string, at::Tensor> read_safetensors(const std::string& path) {
+  std::vector<std::string> names;
+  for (const auto& [name, entry] : read_safetensors_header(path).entries) names.push_back(name);
+  return read_safetensors(path, names);
 }
 
 }  // namespace hetpar

@@ -15,8 +15,26 @@ namespace hetpar {
 // Writes CPU tensors (float32, bfloat16, float16, int64, int32, bool), in the order given.
 void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors);
 
+// One tensor's entry in a file's header: where its bytes lie.
+struct SafetensorsEntry {
+  at::ScalarType dtype;
+  std::vector<int64_t> shape;
+  uint64_t begin = 0, end = 0;  // byte offsets after the header
+};
+struct SafetensorsHeader {
+  std::map<std::string, SafetensorsEntry> entries;
+  uint64_t data_start = 0;  // file offset of the first tensor's bytes
+};
+
+// A file's header alone (a rank that needs a few tensors of a large file reads
+// only those); throws std::runtime_error naming the file and what is wrong
+// (missing, bad header, unsupported dtype, offsets that do not fit the shape).
+SafetensorsHeader read_safetensors_header(const std::string& path);
+
 // Reads every tensor of a file; throws std::runtime_error naming the file and
 // what is wrong (missing, truncated, bad header, unsupported dtype).
 std::map<std::string, at::Tensor> read_safetensors(const std::string& path);
+// The named tensors only (each must be in the file).
+std::map<std::string, at::Tensor> read_safetensors(const std::string& path, const std::vector<std::string>& names);
 
 }  // namespace hetpar

@@ -83,7 +83,7 @@ int run_eval_job(const RunConfig& config, const LaunchEnv& env, const std::strin
   Group& llm_tp = groups.llm().get(GroupKind::kTp);
   MultimodalModel model(config, &encoder_tp, &llm_tp);
   model.to(device);
-  const std::string note = load_hf(model, encoder_tp, llm_tp, init_hf);
+  const std::string note = load_hf(model, groups, runtime.world(), init_hf);
   if (runtime.rank() == 0 && !note.empty()) log_info("{}: {}", init_hf, note);
   MicroBatch b = read_hf_batch(batch, config);
   for (at::Tensor* t : {&b.ids, &b.targets, &b.image_mask, &b.pixels}) *t = t->to(device);

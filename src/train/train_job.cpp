@@ -17,6 +17,7 @@
 #include "dist/device.hpp"
 #include "dist/module_groups.hpp"
 #include "dist/runtime.hpp"
+#include "interop/hf_export.hpp"
 #include "interop/hf_llava.hpp"
 #include "train/job_setup.hpp"
 #include "metrics/op_profile.hpp"
@@ -127,7 +128,7 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
                         llm.active() ? llm.coord().pp : 0, encoder.active() ? encoder.coord().pp : 0);
   model.to(device);
   if (!outputs.init_hf.empty()) {
-    const std::string note = load_hf(model, *encoder_tp, *llm_tp, outputs.init_hf);
+    const std::string note = load_hf(model, groups, runtime.world(), outputs.init_hf);
     if (leader && !note.empty()) log_info("{}: {}", outputs.init_hf, note);
   }
   const std::vector<at::Tensor> params = model.trainable_parameters();
@@ -273,7 +274,7 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
     }
   }
   if (!outputs.save_hf.empty()) {
-    save_hf(config, model, *encoder_tp, *llm_tp, leader, outputs.save_hf);
+    save_hf(config, model, groups, runtime.world(), outputs.save_hf);
     if (leader) log_info("wrote a transformers LLaVA model to {}/", outputs.save_hf);
   }
   if (leader) {

@@ -29,7 +29,9 @@ const OutputKind& run_outputs() {
 }
 
 const OutputKind& hf_export_outputs() {
-  static const OutputKind kind{".hetpar-hf-export", {"config.json", "model.safetensors"}, "hetpar train --save-hf"};
+  static const OutputKind kind{".hetpar-hf-export",
+                               {"config.json", "model.safetensors", "model.safetensors.index.json", "model-0*"},
+                               "hetpar train --save-hf"};
   return kind;
 }
 

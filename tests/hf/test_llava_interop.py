@@ -1,7 +1,8 @@
 """hetpar <-> transformers: a model hetpar trained and exported loads in
 transformers' LlavaForConditionalGeneration and gives the same loss on the
-same batch as `hetpar eval` (1e-4 relative); eval does not depend on the
-layout; broken inputs fail with a clear error."""
+same batch as `hetpar eval` (1e-4 relative), as one file or as one shard per
+pipeline stage; eval does not depend on the layout; broken inputs fail with a
+clear error."""
 import os
 import re
 import subprocess
@@ -86,6 +87,32 @@ def test_training_can_start_from_an_exported_model(model_dir, tmp_path):
                    "--out", str(tmp_path / "fresh"))
     loss = lambda out: float(re.search(r"step +1 \| loss (\S+)", out.stdout).group(1))
     assert loss(done) < loss(fresh), "the exported weights were not loaded"
+
+
+def test_transformers_reads_a_model_exported_under_pipeline_parallelism(model_dir, batch, tmp_path):
+    """Re-exported non-colocated with both modules pipelined (one shard per stage and an
+    index): transformers loads the shards and gives the loss of the one-file export."""
+    done = hetpar("train", RUN, "--set", "run.steps=1", "--set", "optim.lr=1e-30", "--set", "optim.min_lr=0",
+                  "--set", "layout.placement=non-colocated", "--set", "layout.encoder.pp=2",
+                  "--set", "layout.encoder.dp=1", "--set", "layout.llm.pp=2", "--set", "layout.llm.tp=2",
+                  "--init-hf", str(model_dir), "--out", str(tmp_path / "run"), "--save-hf", str(tmp_path / "sharded"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    files = sorted(p.name for p in (tmp_path / "sharded").glob("model*"))
+    assert files == [f"model-0000{k}-of-00004.safetensors" for k in range(1, 5)] + ["model.safetensors.index.json"]
+    one_file, sharded = transformers_loss(model_dir, batch), transformers_loss(tmp_path / "sharded", batch)
+    assert abs(one_file - sharded) <= 1e-6 * abs(one_file)
+    assert abs(eval_loss(tmp_path / "sharded", batch) - one_file) <= REL_TOL * abs(one_file)
+
+
+@pytest.mark.parametrize("sets, message", [
+    (["layout.placement=non-colocated", "layout.encoder.dp=1"], "eval runs both modules on every rank"),
+    (["layout.llm.pp=2"], "eval runs the whole LLM on every rank"),
+])
+def test_eval_refuses_a_layout_without_the_whole_model_on_every_rank(model_dir, batch, sets, message):
+    done = hetpar("eval", RUN, "--init-hf", str(model_dir), "--batch", str(batch),
+                  *[arg for s in sets for arg in ("--set", s)])
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert message in done.stderr, done.stderr
 
 
 def test_a_missing_tensor_is_named(model_dir, batch, tmp_path):
