@@ -273,6 +273,22 @@ TEST(OpTimes, ShardedStateHalvesTheUpdateAndGathersAfterIt) {
               1e-3 * op_times(whole, sum_bound).per_step);
 }
 
+// Under uniform placement with CP every CP rank encodes its replica's images,
+// so the encoder's gradients, like the LLM's, are summed over DP x CP: two CP
+// ranks sum as much as two DP ranks.
+TEST(OpTimes, UniformContextParallelismSumsTheEncodersGradientsToo) {
+  const auto with = [](const char* layout) {
+    return load_run_config(HETPAR_SOURCE_DIR "/workloads/tiny.toml",
+                           {layout, "data.micro_batch_size=1", "runtime.overlap_grad_reduce=false"});
+  };
+  json slow_sums = flat_profile(1e9, 0);
+  for (json& c : slow_sums["collectives"]) c["bytes_per_second"] = 1e6;
+  const Profile sum_bound = Profile::from_json(slow_sums, "slow sums");
+  const double cp2 = op_times(with("layout.llm.cp=2"), sum_bound).per_step;
+  const double dp2 = op_times(with("layout.llm.dp=2"), sum_bound).per_step;
+  EXPECT_NEAR(cp2, dp2, 1e-9 * dp2);
+}
+
 TEST(OpTimes, MoreRanksThanCoresTakeTheCoresTimeForEveryonesCompute) {
   // DP4, every rank equally busy: on 4 cores the schedule's time, on 2 twice it.
   const RunConfig dp4 = load_run_config(HETPAR_SOURCE_DIR "/workloads/tiny.toml",

@@ -345,7 +345,9 @@ OpEstimate estimate_ops(const RunConfig& c, const Profile& p) {
   const double enc_params = (static_cast<double>(enc.frozen ? 0 : encoder_parameters(enc)) +
                              static_cast<double>(projector_parameters(enc, llm))) /
                             (pl.encoder.tp * pl.encoder.pp);
-  const int llm_group = pl.llm.dp * pl.llm.cp, enc_group = pl.encoder.dp;
+  // Each module's gradients are summed over its DP x CP group (under uniform
+  // placement with CP the encoder's CP ranks hold partial sums of one replica).
+  const int llm_group = pl.llm.dp * pl.llm.cp, enc_group = pl.encoder.dp * pl.encoder.cp;
   const int llm_shards = optimizer_shard_group(c, llm_group), enc_shards = optimizer_shard_group(c, enc_group);
   const double llm_optimizer = p.memory_seconds("add", 7 * kFp32 * llm_params / llm_shards);
   const double enc_optimizer = p.memory_seconds("add", 7 * kFp32 * enc_params / enc_shards);
