@@ -23,7 +23,7 @@
 #include "dist/group.hpp"
 #include "metrics/phase_timer.hpp"
 #include "tp/weight_cast.hpp"
-#include "train/autocast_scope.hpp"
+#include "model/autocast_scope.hpp"
 #include "train/sequence_part.hpp"
 
 namespace hetpar {

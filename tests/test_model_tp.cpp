@@ -2,10 +2,13 @@
 // into the token sequence, ragged: 0, 1 and 3 images per sample) at TP 1, 2
 // and 4, against the same model built on a single rank (a group of one) on
 // every rank: loss, logits, every parameter's gradient and the pixels'
-// gradient. fp32, |a - b| <= 1e-6 + 1e-5 * max|b|.
+// gradient. fp32, |a - b| <= 1e-6 + 1e-5 * max|b|. With activation recompute
+// (model/recompute.hpp) the same TP model gives the same bits as without, in
+// fp32 and under bf16 autocast, and with a frozen encoder.
 #include <ATen/ATen.h>
 
 #include "metrics/model_flops.hpp"
+#include "model/autocast_scope.hpp"
 #include "model/llama.hpp"
 #include "model/param_init.hpp"
 #include "model/vision_encoder.hpp"
@@ -72,13 +75,19 @@ struct Result {
   at::Tensor loss, logits, pixels_grad;
 };
 
-Result step(Models& m, const Batch& b) {
-  at::Tensor pixels = b.pixels.clone().set_requires_grad(true);
-  const at::Tensor feats = m.encoder->forward(pixels);                    // [4, 4, enc hidden]
-  const at::Tensor rows = m.projector->forward(feats).reshape({16, -1});  // [16, llm hidden]
-  at::Tensor logits = m.llm->forward(b.ids, rows, b.image_mask);
-  const double count = (b.targets >= 0).sum().item<double>();
-  at::Tensor loss = m.llm->loss_sum(logits, b.targets) / count;
+// One forward (under bf16 autocast where `bf16`) and backward; the pixels
+// need a gradient unless the encoder is frozen.
+Result step(Models& m, const Batch& b, bool bf16 = false, bool frozen = false) {
+  at::Tensor pixels = b.pixels.clone().set_requires_grad(!frozen);
+  at::Tensor logits, loss;
+  {
+    const AutocastScope autocast(bf16);
+    const at::Tensor feats = m.encoder->forward(pixels);                    // [4, 4, enc hidden]
+    const at::Tensor rows = m.projector->forward(feats).reshape({16, -1});  // [16, llm hidden]
+    logits = m.llm->forward(b.ids, rows, b.image_mask);
+    const double count = (b.targets >= 0).sum().item<double>();
+    loss = m.llm->loss_sum(logits.to(at::kFloat), b.targets) / count;
+  }
   loss.backward();
   return {loss.detach(), logits.detach(), pixels.grad()};
 }
@@ -127,6 +136,56 @@ HETPAR_WORKER(multimodal_model) {
   expect_same_grads(*par.encoder, *ref.encoder, tp, "encoder.");
   expect_same_grads(*par.projector, *ref.projector, tp, "projector.");
   expect_same_grads(*par.llm, *ref.llm, tp, "llm.");
+}
+
+void require_equal(const at::Tensor& got, const at::Tensor& want, const std::string& what) {
+  require(got.defined() == want.defined(), "{}: defined {} vs {}", what, got.defined(), want.defined());
+  if (got.defined()) require(at::equal(got, want), "{}: differs by {}", what, (got - want).abs().max().item<double>());
+}
+
+// Recompute changes when a layer's work is done, not what it computes: the
+// same loss, logits and gradients to the bit as the model that keeps its
+// activations, on the same TP group.
+HETPAR_WORKER(recompute_model) {
+  Group& tp = rt.world();
+  EncoderConfig e;
+  e.image_size = 16, e.patch_size = 8, e.channels = 3, e.hidden = 32, e.layers = 2, e.heads = 4, e.mlp_hidden = 64;
+  LlmConfig l;
+  l.vocab_size = 64, l.hidden = 64, l.layers = 3, l.heads = 8, l.kv_heads = 4, l.ffn_hidden = 96, l.seq_len = 32;
+  const Batch batch = make_batch(e, l);
+  for (const auto& [bf16, frozen] : {std::pair{false, false}, std::pair{true, false}, std::pair{false, true}}) {
+    const std::string tag = std::string(bf16 ? "bf16" : "fp32") + (frozen ? " frozen encoder" : "") + ": ";
+    Models kept = build(e, l, tp), again = build(e, l, tp);
+    again.encoder->set_recompute(true);
+    again.llm->set_recompute(true);
+    if (frozen) {
+      for (Models* m : {&kept, &again}) {
+        for (at::Tensor& p : m->encoder->parameters()) p.set_requires_grad(false);
+      }
+    }
+    const Result want = step(kept, batch, bf16, frozen), got = step(again, batch, bf16, frozen);
+    require_equal(got.loss, want.loss, tag + "loss");
+    require_equal(got.logits, want.logits, tag + "logits");
+    require_equal(got.pixels_grad, want.pixels_grad, tag + "pixel grad");
+    int compared = 0;
+    using Pair = std::pair<torch::nn::Module*, torch::nn::Module*>;
+    for (const auto& [mine, ref] : {Pair{again.encoder.get(), kept.encoder.get()},
+                                    Pair{again.projector.get(), kept.projector.get()},
+                                    Pair{again.llm.get(), kept.llm.get()}}) {
+      auto ref_params = ref->named_parameters();
+      for (const auto& p : mine->named_parameters()) {
+        require(p.value().grad().defined() == p.value().requires_grad(), "{}{}: gradient where none is due, or none",
+                tag, p.key());
+        require_equal(p.value().grad(), ref_params[p.key()].grad(), tag + p.key() + " grad");
+        ++compared;
+      }
+    }
+    require(compared > 20, "{}only {} parameters compared", tag, compared);
+  }
+}
+
+TEST(ModelRecompute, SameBitsAsKeepingTheActivations) {
+  for (int ranks : {1, 2}) EXPECT_TRUE(all_ranks_succeeded(run_workers("recompute_model", ranks))) << "tp" << ranks;
 }
 
 class ModelTp : public ::testing::TestWithParam<int> {};

@@ -18,7 +18,7 @@
 #include "tp/parallel_linear.hpp"
 #include "tp/vocab_parallel.hpp"
 #include "tp/weight_cast.hpp"
-#include "train/autocast_scope.hpp"
+#include "model/autocast_scope.hpp"
 
 namespace hetpar::test {
 namespace {

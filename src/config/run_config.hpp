@@ -21,6 +21,7 @@ struct RunSection {
   int64_t checkpoint_every = 0;     // steps between checkpoints; 0 = none
   int64_t checkpoint_keep = 2;      // newest complete checkpoints kept
   std::string precision = "auto";   // fp32 | bf16 | auto (bf16 on a GPU, fp32 on CPU)
+  std::string recompute = "none";   // none | full: every transformer layer recomputes its forward in the backward
 };
 
 struct EncoderConfig {     // ViT (SigLIP/CLIP style)
@@ -113,6 +114,8 @@ struct RunConfig {
 // optimizer; bf16 matmuls and activations). "auto" is fp32 until
 // resolve_device (config/device_choice.hpp) has made it bf16 on a GPU.
 inline bool computes_in_bf16(const RunConfig& config) { return config.run.precision == "bf16"; }
+// Whether every transformer layer keeps only its input and recomputes its forward in the backward.
+inline bool recomputes_layers(const RunConfig& config) { return config.run.recompute == "full"; }
 
 // Micro-batches a step on each LLM DP rank (the global batch over DP and micro-batch size).
 inline int64_t micro_batches_per_step(const RunConfig& config) {

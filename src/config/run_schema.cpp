@@ -199,6 +199,10 @@ std::vector<SchemaKey> build_schema() {
       run.key<&RunSection::precision>("precision", one_of({"auto", "fp32", "bf16"}),
           "bf16: matmuls and activations in bf16 under autocast, weights, gradients, their reduction and the "
           "optimizer in fp32; auto: bf16 on a GPU, fp32 on CPU"),
+      run.key<&RunSection::recompute>("recompute", one_of({"none", "full"}),
+          "full: every transformer layer of both modules keeps only its input for the backward and runs its "
+          "forward again there (activation memory of a layer's input instead of its whole work; about a third "
+          "more compute; the same numbers)"),
       run.key<&RunSection::checkpoint_keep>("checkpoint_keep", at_least(1), "newest complete checkpoints kept; older ones are removed"),
       encoder.key<&Enc::image_size>("image_size", at_least(1), "side of the square input image, pixels"),
       encoder.key<&Enc::patch_size>("patch_size", at_least(1), "side of a square patch, pixels"),

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "model/context_attention.hpp"
+#include "model/recompute.hpp"
 #include "parallel/pipeline_schedule.hpp"
 #include "util/host_to_device.hpp"
 
@@ -79,7 +80,13 @@ at::Tensor LlamaModel::blocks(const at::Tensor& input) {
     sin = rope_sin_.index_select(0, positions);
   }
   at::Tensor x = input;
-  for (auto& block : blocks_) x = block->forward(x, cos, sin);
+  for (auto& block : blocks_) {
+    if (!recompute_) {
+      x = block->forward(x, cos, sin);
+      continue;
+    }
+    x = recompute_in_backward(*block, [block, cos, sin](const at::Tensor& in) { return block->forward(in, cos, sin); }, x);
+  }
   return x;
 }
 

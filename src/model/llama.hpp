@@ -54,9 +54,12 @@ class LlamaModel : public torch::nn::Module {
   // (negative targets are ignored).
   at::Tensor loss_sum(const at::Tensor& logits, const at::Tensor& targets);
   int64_t hidden() const { return config_.hidden; }
+  // Each block keeps only its input and runs again in the backward (model/recompute.hpp).
+  void set_recompute(bool on) { recompute_ = on; }
 
  private:
   LlmConfig config_;
+  bool recompute_ = false;
   Group& tp_;
   Group* cp_;  // null or one rank: whole sequences
   std::shared_ptr<VocabParallelEmbedding> embed_;

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "model/param_init.hpp"
+#include "model/recompute.hpp"
 #include "parallel/pipeline_schedule.hpp"
 #include "tp/weight_cast.hpp"
 
@@ -62,7 +63,10 @@ at::Tensor VisionEncoder::embed(const at::Tensor& pixels) {
 
 at::Tensor VisionEncoder::blocks(const at::Tensor& input) {
   at::Tensor x = input;
-  for (auto& block : blocks_) x = block->forward(x);
+  for (auto& block : blocks_) {
+    x = recompute_ ? recompute_in_backward(*block, [block](const at::Tensor& in) { return block->forward(in); }, x)
+                   : block->forward(x);
+  }
   return x;
 }
 

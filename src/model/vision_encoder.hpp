@@ -44,9 +44,12 @@ class VisionEncoder : public torch::nn::Module {
   at::Tensor blocks(const at::Tensor& x);
   at::Tensor features(const at::Tensor& x) const;
   bool first_stage() const { return patch_weight.defined(); }
+  // Each block keeps only its input and runs again in the backward (model/recompute.hpp).
+  void set_recompute(bool on) { recompute_ = on; }
 
  private:
   EncoderConfig config_;
+  bool recompute_ = false;
   at::Tensor patch_weight, patch_bias, position_embedding;  // first stage only
   std::vector<std::shared_ptr<VitBlock>> blocks_;
 };

@@ -6,7 +6,7 @@
 #include <optional>
 
 #include "tp/parallel_linear.hpp"
-#include "train/autocast_scope.hpp"
+#include "model/autocast_scope.hpp"
 #include "tp/vocab_parallel.hpp"
 
 namespace hetpar {
@@ -50,8 +50,12 @@ MultimodalModel::MultimodalModel(const RunConfig& c, Group* encoder_tp, Group* l
     if (encoder_frozen_) {
       for (at::Tensor& p : encoder->parameters()) p.set_requires_grad(false);
     }
+    encoder->set_recompute(recomputes_layers(c));
   }
-  if (llm_tp) llm = std::make_shared<LlamaModel>(c.llm, c.run.seed, *llm_tp, llm_cp, llm_stage, c.placement.llm.pp);
+  if (llm_tp) {
+    llm = std::make_shared<LlamaModel>(c.llm, c.run.seed, *llm_tp, llm_cp, llm_stage, c.placement.llm.pp);
+    llm->set_recompute(recomputes_layers(c));
+  }
 }
 
 void MultimodalModel::to(const at::Device& device) {

@@ -1,6 +1,7 @@
 // bf16 autocast for the forward passes of a scope, on the CPU and CUDA:
 // matmuls, linear layers and attention run in bf16 on fp32 weights; the
-// backward runs outside (parameter gradients stay fp32). Autocast's cast
+// backward runs outside (parameter gradients stay fp32), except a layer
+// recomputed in it (model/recompute.hpp). Autocast's cast
 // cache is cleared when the outermost scope ends, so that the optimizer's
 // in-place updates are never hidden behind stale copies. Trainable weights
 // are cast through tp/weight_cast.hpp instead, once a step.
