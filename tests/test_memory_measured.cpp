@@ -23,9 +23,10 @@
 namespace hetpar::test {
 namespace {
 
-// Within 0.7 % in every case but the activation-heavy one, -2.3 % (fp32)
-// and -3.3 % (bf16) (2026-12-05): gradients of hidden width made at the top
-// of the backward, which the model does not count, show there.
+// Within 0.7 % in every case but the activation-heavy ones (2026-12-06):
+// -1.6 % (fp32) and -0.8 % (bf16) keeping the activations, where gradients
+// of hidden width made at the top of the backward, which the model does not
+// count, show; -2.6 % (fp32) and +0.1 % (bf16) with recompute.
 constexpr double kTensorBound = 0.05;
 
 // Measured peak resident memory runs 9-11% above the model in these runs
@@ -82,7 +83,12 @@ void expect_tensor_peaks_predicted(const std::string& precision) {
       {"dp2", {"layout.llm.dp=2", "data.global_batch_size=16"}},
       {"dp2_sharded", {"layout.llm.dp=2", "data.global_batch_size=16", "optim.shard_state=true"}},
       {"activations", {"llm.vocab_size=512", "data.micro_batch_size=8", "data.global_batch_size=16",
-                       "data.images_min=3", "encoder.hidden=256", "encoder.mlp_hidden=1024"}}};
+                       "data.images_min=3", "encoder.hidden=256", "encoder.mlp_hidden=1024"}},
+      {"recompute", {"run.recompute=\"full\""}},
+      {"activations_recompute", {"llm.vocab_size=512", "data.micro_batch_size=8", "data.global_batch_size=16",
+                                 "data.images_min=3", "encoder.hidden=256", "encoder.mlp_hidden=1024",
+                                 "run.recompute=\"full\""}},
+      {"llm_pp2_recompute", {"layout.llm.pp=2", "run.recompute=\"full\""}}};
   const MemoryAssumptions cpu{precision == "bf16" ? 2.0 : 4.0, 0, grouped_query_attention_keeps_probabilities(at::kCPU)};
   for (const auto& [name, extra] : cases) {
     std::vector<std::string> sets = kLarger;

@@ -289,6 +289,26 @@ TEST(OpTimes, UniformContextParallelismSumsTheEncodersGradientsToo) {
   EXPECT_NEAR(cp2, dp2, 1e-9 * dp2);
 }
 
+// Recompute runs each layer's forward again at the start of its backward:
+// with a vocabulary too small for the head to count, the LLM's backward
+// grows by its forward (TP collectives included), the encoder's by its
+// blocks' share of it, and the forwards stay.
+TEST(OpTimes, RecomputeAddsEachLayersForwardToItsBackward) {
+  const auto with = [](const char* recompute) {
+    return load_run_config(HETPAR_SOURCE_DIR "/workloads/tiny.toml",
+                           {"layout.llm.tp=2", "llm.vocab_size=16", recompute});
+  };
+  const Profile profile = Profile::from_json(flat_profile(1e9, 0), "flat");
+  const OpTimes kept = op_times(with("run.recompute=\"none\""), profile);
+  const OpTimes again = op_times(with("run.recompute=\"full\""), profile);
+  EXPECT_EQ(again.llm_forward[0], kept.llm_forward[0]);
+  EXPECT_NEAR(again.llm_backward[0] - kept.llm_backward[0], kept.llm_forward[0], 0.05 * kept.llm_forward[0]);
+  EXPECT_EQ(again.encoder_forward[0], kept.encoder_forward[0]);
+  // The encoder's forward also holds the patch embedding and the projector, which are not recomputed.
+  EXPECT_LT(again.encoder_backward[0] - kept.encoder_backward[0], kept.encoder_forward[0]);
+  EXPECT_GT(again.encoder_backward[0] - kept.encoder_backward[0], 0.5 * kept.encoder_forward[0]);
+}
+
 TEST(OpTimes, MoreRanksThanCoresTakeTheCoresTimeForEveryonesCompute) {
   // DP4, every rank equally busy: on 4 cores the schedule's time, on 2 twice it.
   const RunConfig dp4 = load_run_config(HETPAR_SOURCE_DIR "/workloads/tiny.toml",

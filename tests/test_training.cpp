@@ -52,6 +52,17 @@ double max_relative_loss_difference(const std::vector<nlohmann::json>& a, const 
   return worst;
 }
 
+// Both runs have `steps` steps with the same losses and gradient norms to the bit.
+void expect_same_run_to_the_bit(const std::vector<nlohmann::json>& a, const std::vector<nlohmann::json>& b,
+                                size_t steps, const std::string& name) {
+  ASSERT_EQ(a.size(), steps) << name;
+  ASSERT_EQ(b.size(), steps) << name;
+  for (size_t i = 0; i < steps; ++i) {
+    EXPECT_EQ(a[i]["loss"].get<double>(), b[i]["loss"].get<double>()) << name << " step " << i + 1;
+    EXPECT_EQ(a[i]["grad_norm"].get<double>(), b[i]["grad_norm"].get<double>()) << name << " step " << i + 1;
+  }
+}
+
 // The uniform single-rank run every layout is compared with; computed once per
 // process, inside a test body so that a failure fails the test (a failure in
 // a suite's set-up would only mark its tests skipped).
@@ -130,12 +141,7 @@ TEST(GradReduceOverlap, SameRunToTheBitAsReducingAfterTheBackward) {
   for (const auto& [name, sets] : layouts) {
     const auto on = train(std::string("overlap_on_") + name, sets, 6);
     const auto off = train(std::string("overlap_off_") + name, std::string(sets) + " --set runtime.overlap_grad_reduce=false", 6);
-    ASSERT_EQ(on.size(), 6u) << name;
-    ASSERT_EQ(off.size(), 6u) << name;
-    for (size_t i = 0; i < on.size(); ++i) {
-      EXPECT_EQ(on[i]["loss"].get<double>(), off[i]["loss"].get<double>()) << name << " step " << i + 1;
-      EXPECT_EQ(on[i]["grad_norm"].get<double>(), off[i]["grad_norm"].get<double>()) << name << " step " << i + 1;
-    }
+    expect_same_run_to_the_bit(on, off, 6, name);
     std::ifstream on_file(run_dir(std::string("overlap_on_") + name) + "/summary.json");
     std::ifstream off_file(run_dir(std::string("overlap_off_") + name) + "/summary.json");
     const auto on_buckets = nlohmann::json::parse(on_file)["grad_buckets"];
@@ -205,12 +211,7 @@ TEST(ActivationRecompute, SameRunToTheBitAsKeepingTheActivations) {
   for (const auto& [name, sets] : layouts) {
     const auto again = train(std::string("recompute_") + name, std::string(sets) + " --set run.recompute=full", 4);
     const auto kept = train(std::string("kept_") + name, sets, 4);
-    ASSERT_EQ(again.size(), 4u) << name;
-    ASSERT_EQ(kept.size(), 4u) << name;
-    for (size_t i = 0; i < kept.size(); ++i) {
-      EXPECT_EQ(again[i]["loss"].get<double>(), kept[i]["loss"].get<double>()) << name << " step " << i + 1;
-      EXPECT_EQ(again[i]["grad_norm"].get<double>(), kept[i]["grad_norm"].get<double>()) << name << " step " << i + 1;
-    }
+    expect_same_run_to_the_bit(again, kept, 4, name);
     std::ifstream summary(run_dir(std::string("recompute_") + name) + "/summary.json");
     const auto buckets = nlohmann::json::parse(summary)["grad_buckets"];
     if (buckets["buckets"].get<int>() > 0) EXPECT_GT(buckets["started_in_backward"].get<int>(), 0) << name;

@@ -25,7 +25,7 @@ struct RankMemory {
   int ranks = 0;     // ranks holding this much
   double state = 0;        // weights, gradients, optimizer moments; in bf16 the step's weight copies
   double activations = 0;  // saved for the backward, every micro-batch in flight
-  double transient = 0;    // the logits and their gradient (last LLM stage)
+  double transient = 0;    // the largest short-lived part: the logits and their gradient (last LLM stage), or a recomputed layer's work
   double reserved = 0;     // the runtime's own
   int64_t micro_batches_in_flight = 0;  // the most this rank holds (its modules' largest)
   double total() const { return state + activations + transient + reserved; }

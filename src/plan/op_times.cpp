@@ -185,6 +185,14 @@ RankCost calibrated_layer_cost(const Profile& p, const LayerShape& l, const std:
   return c;
 }
 
+// A layer under run.recompute = "full": its forward again at the start of
+// its backward, collectives included (model/recompute.hpp).
+RankCost recomputed(RankCost layer) {
+  layer.compute.backward += layer.compute.forward;
+  layer.comm.backward += layer.comm.forward;
+  return layer;
+}
+
 // `count` layers of one cost.
 RankCost stack(const RankCost& layer, int64_t count) {
   return {layer.compute * static_cast<double>(count), layer.comm * static_cast<double>(count)};
@@ -221,7 +229,8 @@ OpEstimate estimate_ops(const RunConfig& c, const Profile& p) {
                              /*gated=*/true, /*causal=*/true, /*rope=*/true,
                              double(c.data.micro_batch_size), double(llm.seq_len), "rms_norm", "gelu"};
   llm_layer.cast_share = 1 / micro_batches;  // trainable weights: cast once a step
-  const RankCost layer = calibrated_layer_cost(p, llm_layer, "llm");
+  RankCost layer = calibrated_layer_cost(p, llm_layer, "llm");
+  if (recomputes_layers(c)) layer = recomputed(layer);
   for (int s = 0; s < pl.llm.pp; ++s) {
     RankCost stage = stack(layer, stage_layers(llm.layers, pl.llm.pp, s).count);
     if (s == 0) {
@@ -267,7 +276,8 @@ OpEstimate estimate_ops(const RunConfig& c, const Profile& p) {
   // A frozen encoder's weights need no gradient: autocast casts them again in
   // each micro-batch.
   enc_layer.cast_share = enc.frozen ? 1 : 1 / micro_batches;
-  const RankCost vit = calibrated_layer_cost(p, enc_layer, "encoder");
+  RankCost vit = calibrated_layer_cost(p, enc_layer, "encoder");
+  if (recomputes_layers(c)) vit = recomputed(vit);  // a frozen encoder's backward is dropped below anyway
   for (int s = 0; s < pl.encoder.pp; ++s) {
     RankCost stage = stack(vit, stage_layers(enc.layers, pl.encoder.pp, s).count);
     if (s == 0) stage.compute += matmul(p, images * patches, double(enc.hidden), double(enc.channels * enc.patch_size * enc.patch_size));
