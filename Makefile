@@ -73,8 +73,9 @@ plots: deps
 PAPER ?= results/paper
 GPU_PROFILE ?= profiles/h100_dgx.json
 PAPER_SETTINGS ?=
+PAPER_PLAN_FLAGS ?=
 paper: hetpar
-	scripts/paper.sh $(BUILD)/hetpar $(VENV)/bin/python $(PAPER) $(GPU_PROFILE) "$(PAPER_SETTINGS)"
+	scripts/paper.sh $(BUILD)/hetpar $(VENV)/bin/python $(PAPER) $(GPU_PROFILE) "$(PAPER_SETTINGS)" "$(PAPER_PLAN_FLAGS)"
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(CTEST_JOBS)

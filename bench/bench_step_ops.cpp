@@ -52,7 +52,7 @@
 #include "model/norms.hpp"
 #include "tp/vocab_parallel.hpp"
 #include "tp/weight_cast.hpp"
-#include "train/autocast_scope.hpp"
+#include "model/autocast_scope.hpp"
 #include "util/exit_codes.hpp"
 
 namespace hetpar::bench {

@@ -191,6 +191,8 @@ def csv_row(plan, path):
         entry, prefix = plan["best"][placement] or {}, placement.replace("-", "_") + "_"
         row[prefix + "layout"] = " / ".join(f"{short} " + ".".join(f"{d}{entry[side][d]}" for d in DIMS)
                                             for side, short in (("encoder", "enc"), ("llm", "llm"))) if entry else ""
+        if entry.get("recompute"):
+            row[prefix + "layout"] += " +recompute"
         if placement == "non-colocated":
             row[prefix + "run_ahead"] = entry.get("run_ahead", "")
         for key in ENTRY_NUMBERS + ["speedup_tokens", "speedup_tflops"]:

@@ -4,9 +4,10 @@
 # GPU profile finds the best uniform, colocated and non-colocated layouts;
 # plots/plot_paper.py draws their speedups against encoder size beside the
 # paper's published results.
-#   scripts/paper.sh HETPAR PYTHON OUT_DIR [PROFILE [SETTINGS]]
+#   scripts/paper.sh HETPAR PYTHON OUT_DIR [PROFILE [SETTINGS [PLAN_FLAGS]]]
 # SETTINGS: run-file settings for every plan, space-separated key=value
-# (for example "optim.shard_state=true").
+# (for example "optim.shard_state=true"); PLAN_FLAGS: hetpar plan flags for
+# every plan (for example "--recompute-where-needed").
 # The global batch grows with the cluster (8 samples of 4096 tokens a GPU),
 # so every size keeps the same work per GPU.
 set -euo pipefail
@@ -14,6 +15,8 @@ hetpar=$1 python=$2 out=$3
 profile=${4:-profiles/h100_dgx.json}
 settings=()
 for setting in ${5:-}; do settings+=(--set "$setting"); done
+plan_flags=()
+for flag in ${6:-}; do plan_flags+=("$flag"); done
 repo=$(cd "$(dirname "$0")/.." && pwd)
 llms=(llama3_8b llama3_70b)
 # InternViT-6B with 32 heads (workloads/encoders/vit_6b_h32.toml): with its own 25 no uniform
@@ -48,7 +51,7 @@ TOML
       dir="$out/plans/$llm+$encoder-$n"
       echo "== $llm + $encoder on $n GPUs"
       if "$hetpar" plan "$run" --devices "$n" --profile "$profile" --top 3 \
-           --set data.global_batch_size=$((8 * n)) "${settings[@]}" --label llm="$llm" --label encoder="$encoder" \
+           --set data.global_batch_size=$((8 * n)) "${settings[@]}" "${plan_flags[@]}" --label llm="$llm" --label encoder="$encoder" \
            --out "$dir" > "$dir.txt" 2>&1; then
         plans+=("$dir/plan.json")
         sed -n '/^best of each/,/^$/p' "$dir.txt"

@@ -8,6 +8,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <algorithm>
+#include <map>
 #include <set>
 
 #include "config/config_error.hpp"
@@ -195,6 +197,64 @@ TEST(Planner, DropsWhatDoesNotFitAndSaysWhenNothingDoes) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("fits the profile's memory"), std::string::npos) << e.what();
   }
+}
+
+// --recompute-where-needed: a layout that does not fit as the run file says
+// is tried with recompute. Every layout that fits without it keeps its
+// setting and step; the rest fit only with it, at the step recompute takes,
+// which is slower than the same layout's without; and more layouts fit.
+TEST(Planner, RecomputeWhereNeededFitsMoreLayoutsAtTheirRecomputedStep) {
+  const RunConfig base = tiny({"llm.seq_len=512"});  // activations weigh more than the state
+  const auto need = [&](const LayoutConfig& l, bool recompute) {
+    RunConfig c = with_layout(base, l);
+    c.placement = resolve_placement(l.placement, l.encoder, l.llm);
+    c.run.recompute = recompute ? "full" : "none";
+    return fullest_rank(rank_memory(c, MemoryAssumptions{4, 0})).total();
+  };
+  std::vector<double> needs;
+  for (const LayoutConfig& l : enumerate_layouts(base, 4, 2)) needs.push_back(need(l, false));
+  std::sort(needs.begin(), needs.end());
+  const double memory = needs[needs.size() / 4];  // a quarter of the layouts fit without recompute
+  nlohmann::json j = flat_profile(1e9, 64);
+  j["memory"] = {{"bytes_per_device", memory}, {"reserved_bytes", 0}};
+  const Profile profile = Profile::from_json(j, "tight");
+  PlanOptions options;
+  options.devices = 4;
+  options.top = 1000;
+  options.exhaustive = true;
+  const Plan as_given = plan_layouts(base, profile, options);
+  options.recompute_where_needed = true;
+  const Plan chosen = plan_layouts(base, profile, options);
+  EXPECT_GT(chosen.fitting, as_given.fitting);
+  ASSERT_EQ(static_cast<int64_t>(chosen.top.size()), chosen.fitting);
+  std::map<std::string, double> step_as_given;
+  for (const PlanCandidate& c : as_given.top) step_as_given[key(c.layout)] = c.step.seconds;
+  int recomputed = 0;
+  for (const PlanCandidate& c : chosen.top) {
+    EXPECT_LE(c.memory_needed, memory) << key(c.layout);
+    EXPECT_EQ(c.recompute, !step_as_given.count(key(c.layout))) << key(c.layout);
+    if (!c.recompute) {
+      EXPECT_EQ(c.step.seconds, step_as_given[key(c.layout)]) << key(c.layout);
+      continue;
+    }
+    ++recomputed;
+    EXPECT_GT(need(c.layout, false), memory) << key(c.layout);
+    EXPECT_GT(c.step.seconds, predict_step_seconds(with_layout(base, c.layout), profile)) << key(c.layout);
+  }
+  EXPECT_GT(recomputed, 0);
+  // The sweep runs each point, and the baseline, as planned: recompute where the plan chose it, and only there.
+  const std::string dir = ::testing::TempDir() + "/plan_recompute_" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/base.toml") << to_toml(base);
+  std::ofstream(dir + "/sweep.toml") << plan_sweep_toml(chosen, base, "base.toml");
+  size_t point = 0;
+  for (const SweepRun& run : expand_sweep(load_sweep_spec(dir + "/sweep.toml"), {})) {
+    ASSERT_TRUE(run.config) << run.label << ": " << run.invalid_reason;
+    const PlanCandidate& planned = run.is_baseline ? *chosen.best_uniform : chosen.top.at(point++);
+    EXPECT_EQ(recomputes_layers(*run.config), planned.recompute) << run.label;
+  }
+  EXPECT_EQ(point, chosen.top.size());
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Planner, RefusesOptionsOutOfRange) {

@@ -38,6 +38,9 @@ CLI::App* add_plan_command(CLI::App& app, PlanArgs& args) {
   cmd->add_option("--objective", args.objective, "rank by tokens/s or TFLOPS/device")
       ->capture_default_str()
       ->check(CLI::IsMember({"tokens", "tflops"}));
+  cmd->add_flag("--recompute-where-needed", args.recompute_where_needed,
+                "try a layout that does not fit the memory again with run.recompute = full (each layer's forward "
+                "again in its backward): more layouts fit, each at the step it then takes");
   cmd->add_option("--set", args.overrides, "override a run-file key: dotted.key=value (repeatable)");
   cmd->add_option("--label", args.labels, "key=value to record in plan.json (repeatable)");
   cmd->add_option("--out", args.out, "directory for plan.json, base.toml, sweep.toml (default results/plans/RUN-N)");
@@ -78,6 +81,7 @@ int run_plan(const PlanArgs& args) {
   options.devices = args.devices;
   options.top = args.top;
   options.objective = parse_plan_objective(args.objective);
+  options.recompute_where_needed = args.recompute_where_needed;
   Plan plan;
   try {
     plan = plan_layouts(base, profile, options);

@@ -22,6 +22,7 @@ struct PlanArgs {
   std::vector<std::string> overrides;
   std::vector<std::string> labels;  // key=value, copied into plan.json
   std::string out;                  // default results/plans/<run name>-<devices>
+  bool recompute_where_needed = false;
 };
 
 CLI::App* add_plan_command(CLI::App& app, PlanArgs& args);

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "metrics/model_flops.hpp"
 
 namespace hetpar {
@@ -41,6 +43,7 @@ nlohmann::json candidate_json(const PlanCandidate& c) {
                       {"encoder_devices", apart ? enc.size() : c.layout.llm.size()},
                       {"llm_devices", c.layout.llm.size()},
                       {"run_ahead", apart ? nlohmann::json(c.layout.run_ahead) : nlohmann::json(nullptr)},
+                      {"recompute", c.recompute},
                       {"step_seconds", c.step.seconds},
                       {"tokens_per_second", c.tokens_per_second},
                       {"tflops_per_device", c.tflops_per_device},
@@ -77,8 +80,9 @@ std::string phases_text(const StepPhases& p) {
 std::string ratio(double r) { return r > 0 ? fmt::format("{:.3f}x", r) : "-"; }
 
 std::string row(const std::string& rank, const PlanCandidate& c) {
+  const std::string layout = layout_text(c.layout) + (c.recompute ? " +recompute" : "");
   return fmt::format("{:<6} {:<14} {:<52} {:>9.4g} {:>11.4g} {:>8.1f} {:>9.2f} {:>8} {:>8}\n", rank,
-                     placement_name(c.layout.placement), layout_text(c.layout), c.step.seconds, c.tokens_per_second,
+                     placement_name(c.layout.placement), layout, c.step.seconds, c.tokens_per_second,
                      c.tflops_per_device, c.fullest.total() / kGiB, ratio(c.speedup),
                      ratio(c.speedup_over_llm_centric));
 }
@@ -151,16 +155,28 @@ nlohmann::json plan_json(const Plan& plan, const RunConfig& base, const std::str
   return j;
 }
 
+// ", run = { recompute = \"full\" }" where a candidate's setting is not base.toml's (or `always`), else "".
+std::string recompute_set(bool recompute, const RunConfig& base, bool always = false) {
+  if (!always && recompute == recomputes_layers(base)) return "";
+  return fmt::format(", run = {{ recompute = \"{}\" }}", recompute ? "full" : "none");
+}
+
 std::string plan_sweep_toml(const Plan& plan, const RunConfig& base, const std::string& base_file) {
   const Layout baseline_llm = plan.best_uniform ? plan.best_uniform->layout.llm : base.layout.llm;
+  // A point's set applies to its baseline run too: where any point sets recompute, the baseline states its own.
+  const bool any_set = std::any_of(plan.top.begin(), plan.top.end(), [&](const PlanCandidate& c) {
+    return c.recompute != recomputes_layers(base);
+  });
+  const bool baseline_recomputes = plan.best_uniform ? plan.best_uniform->recompute : recomputes_layers(base);
+  const std::string baseline_run = recompute_set(baseline_recomputes, base, any_set);
   std::string text = fmt::format(
       "# Written by hetpar plan: the {} best predicted layouts of {} on {} devices, and the best uniform\n"
       "# one as the baseline. Measure them with: hetpar sweep <this file>\n"
       "[sweep]\nname = \"plan-{}-{}\"\nbase = \"{}\"\nloss_rtol = {}\n"
-      "baseline = {{ layout = {{ placement = \"uniform\", encoder = {}, llm = {} }} }}\n\n"
+      "baseline = {{ layout = {{ placement = \"uniform\", encoder = {}, llm = {} }}{} }}\n\n"
       "[[axis]]\nname = \"layout\"\n",
       plan.top.size(), base.run.name, plan.devices, base.run.name, plan.devices, base_file,
-      computes_in_bf16(base) ? "1e-2" : "1e-5", layout_toml(Layout{}), layout_toml(baseline_llm));
+      computes_in_bf16(base) ? "1e-2" : "1e-5", layout_toml(Layout{}), layout_toml(baseline_llm), baseline_run);
   for (size_t i = 0; i < plan.top.size(); ++i) {
     const PlanCandidate& c = plan.top[i];
     const LayoutConfig& l = c.layout;
@@ -169,9 +185,9 @@ std::string plan_sweep_toml(const Plan& plan, const RunConfig& base, const std::
                         c.step.seconds, c.tokens_per_second,
                         c.speedup > 0 ? fmt::format(", {:.3f}x the best uniform", c.speedup) : "", i + 1,
                         placement_name(l.placement));
-    text += fmt::format("set = {{ layout = {{ placement = \"{}\", encoder = {}, llm = {}, run_ahead = {} }} }}\n",
+    text += fmt::format("set = {{ layout = {{ placement = \"{}\", encoder = {}, llm = {}, run_ahead = {} }}{} }}\n",
                         placement_name(l.placement), layout_toml(uniform ? Layout{} : l.encoder), layout_toml(l.llm),
-                        l.run_ahead);
+                        l.run_ahead, recompute_set(c.recompute, base));
   }
   return text;
 }

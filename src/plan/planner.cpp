@@ -166,14 +166,27 @@ Plan plan_layouts(const RunConfig& base, const Profile& profile, const PlanOptio
   plan.enumerated = static_cast<int64_t>(layouts.size());
   const double tokens_per_step = double(base.data.global_batch_size) * double(base.llm.seq_len);
   RunConfig c = base;
-  // `c` with `layout` in place (valid: enumerate_layouts checked it), and its memory.
+  const auto fits = [&](const PlanCandidate& candidate) {
+    return profile.memory_bytes() <= 0 || candidate.memory_needed <= profile.memory_bytes();
+  };
+  // `c` with `layout` in place (valid: enumerate_layouts checked it), and its
+  // memory; with recompute where the options allow it and the layout needs it.
   const auto place = [&](const LayoutConfig& layout, PlanCandidate& candidate) {
     c.layout = layout;
     c.placement = resolve_placement(layout.placement, layout.encoder, layout.llm);
     candidate.layout = layout;
-    const std::vector<RankMemory> ranks = rank_memory(c, memory_assumptions(profile));
-    candidate.fullest = fullest_rank(ranks);
-    candidate.memory_needed = profile.memory_shared_by_all_ranks() ? all_ranks_bytes(ranks) : candidate.fullest.total();
+    const auto measure = [&] {
+      const std::vector<RankMemory> ranks = rank_memory(c, memory_assumptions(profile));
+      candidate.fullest = fullest_rank(ranks);
+      candidate.memory_needed = profile.memory_shared_by_all_ranks() ? all_ranks_bytes(ranks) : candidate.fullest.total();
+    };
+    c.run.recompute = base.run.recompute;
+    measure();
+    if (options.recompute_where_needed && !fits(candidate) && !recomputes_layers(c)) {
+      c.run.recompute = "full";
+      measure();
+    }
+    candidate.recompute = recomputes_layers(c);
   };
   const auto predict = [&](PlanCandidate& candidate, const OpEstimate& ops) {
     candidate.step = predict_step(c, ops, profile);
@@ -193,7 +206,7 @@ Plan plan_layouts(const RunConfig& base, const Profile& profile, const PlanOptio
     PlanCandidate candidate;
     place(layouts[i], candidate);
     if (least_memory < 0 || candidate.memory_needed < least_memory) least_memory = candidate.memory_needed;
-    if (profile.memory_bytes() > 0 && candidate.memory_needed > profile.memory_bytes()) continue;
+    if (!fits(candidate)) continue;
     fitting.push_back({i, step_lower_bound(c, estimate_ops(c, profile), profile)});
   }
   plan.fitting = static_cast<int64_t>(fitting.size());

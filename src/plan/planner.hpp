@@ -32,6 +32,10 @@ struct PlanOptions {
   // Simulate every candidate, instead of skipping those whose lower bound
   // shows they can make neither the top nor their placement's best (tests).
   bool exhaustive = false;
+  // A layout that does not fit the memory as the run file says is tried with
+  // run.recompute = "full". Recompute only adds work, so a layout that fits
+  // without it is never faster with it: this is each layout's best setting.
+  bool recompute_where_needed = false;
 };
 
 // Every candidate layout whose config is valid (layout_problem finds
@@ -41,6 +45,7 @@ std::vector<LayoutConfig> enumerate_layouts(const RunConfig& base, int devices, 
 
 struct PlanCandidate {
   LayoutConfig layout;
+  bool recompute = false;      // run.recompute = "full" in this candidate
   StepPrediction step;
   double tokens_per_second = 0, tflops_per_device = 0;
   RankMemory fullest;          // the rank with the most memory
