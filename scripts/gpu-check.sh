@@ -7,6 +7,10 @@
 #   gpu_tests the `gpu` GoogleTest cases: NCCL communicator, OOM recovery,
 #             allocator peak, CUDA-event phase times, the bounded step wait
 #   fp32      fp32 (TF32 off) on CUDA against the CPU, 10 steps: <= 1e-5 rel.
+#   recompute fp32 on CUDA with run.recompute = full (each layer's forward
+#             again on the device's backward thread) against fp32 on CUDA:
+#             <= 1e-6 rel. (bit-identical on CPU; a GPU kernel may sum in
+#             another order from run to run)
 #   bf16      bf16 on CUDA against fp32 on CUDA: within the CPU-established
 #             bf16 tolerance (2e-3), and not equal (bf16 in effect)
 #   host_sync a CUDA step that never blocks the host (any hidden sync throws)
@@ -98,6 +102,9 @@ stage gpu_tests 120 "$BUILD/test_gpu" --gtest_output="json:$OUT/gpu_tests.json"
 stage fp32_cuda 120 $HETPAR train $TINY --set runtime.device=cuda --set run.precision=fp32 --out "$OUT/fp32_cuda" &&
   stage fp32_cpu 120 $HETPAR train $TINY --set runtime.device=cpu --out "$OUT/fp32_cpu" &&
   stage fp32 30 $HETPAR compare "$OUT/fp32_cuda" "$OUT/fp32_cpu" --rtol 1e-5
+stage fp32_cuda_recompute 120 $HETPAR train $TINY --set runtime.device=cuda --set run.precision=fp32 \
+  --set run.recompute=full --out "$OUT/fp32_cuda_recompute" &&
+  stage recompute 30 $HETPAR compare "$OUT/fp32_cuda_recompute" "$OUT/fp32_cuda" --rtol 1e-6
 stage bf16_cuda 120 $HETPAR train $TINY --set runtime.device=cuda --set run.precision=bf16 --out "$OUT/bf16_cuda" &&
   stage bf16 30 $HETPAR compare "$OUT/bf16_cuda" "$OUT/fp32_cuda" --rtol 2e-3 &&
   { ! $HETPAR compare "$OUT/bf16_cuda" "$OUT/fp32_cuda" --rtol 1e-6 >"$OUT/bf16_differs.log" 2>&1 ||

@@ -72,6 +72,7 @@ def main(out):
         check(name, ok, f"max relative loss difference {diff:.3g} over {len(read_steps(out / run))} steps", goal)
 
     parity("fp32 cuda vs cpu", "fp32_cuda", "fp32_cpu", 1e-5)
+    parity("recompute vs keeping activations, fp32 on cuda", "fp32_cuda_recompute", "fp32_cuda", 1e-6)
     parity("bf16 vs fp32 on cuda", "bf16_cuda", "fp32_cuda", 2e-3, differs_above=1e-6)
     sync = stages.get("host_sync")
     check("no host sync in a step", None if sync is None else sync["exit"] == "0",

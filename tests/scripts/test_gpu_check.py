@@ -33,7 +33,7 @@ def steps(losses, phases=None, seconds=1.0):
                    for i, l in enumerate(losses))
 
 
-def crafted(out, bf16_shift, mfu):
+def crafted(out, bf16_shift, mfu, recompute_shift=0.0):
     out.mkdir()
     (out / "stages.tsv").write_text("build\t0\t100\ndevices\t0\t1\nhost_sync\t0\t5\n"
                                     "multi_gpu\tskipped\t0\tone GPU\n")
@@ -43,6 +43,7 @@ def crafted(out, bf16_shift, mfu):
         {"name": "NcclCommunicatorOfOneRank", "result": "COMPLETED"}]}]}))
     base = [5.0, 4.0, 3.0]
     for run, losses in {"fp32_cpu": base, "fp32_cuda": [l * (1 + 1e-7) for l in base],
+                        "fp32_cuda_recompute": [l * (1 + 1e-7 + recompute_shift) for l in base],
                         "bf16_cuda": [l * (1 + bf16_shift) for l in base]}.items():
         (out / run).mkdir()
         (out / run / "steps.jsonl").write_text(steps(losses))
@@ -65,9 +66,18 @@ def test_report_passes_a_good_run(tmp_path):
     by_name = {c["check"]: c for c in result["checks"]}
     assert by_name["fp32 cuda vs cpu"]["result"] == "pass"
     assert by_name["bf16 vs fp32 on cuda"]["result"] == "pass"
+    assert by_name["recompute vs keeping activations, fp32 on cuda"]["result"] == "pass"
     assert by_name["phase times vs step wall time"]["figure"].startswith("phases sum to 90.0 %")
     assert by_name["multi-GPU NCCL parity"]["result"] == "not run"
     assert "one GPU" in by_name["multi-GPU NCCL parity"]["figure"]
+
+
+def test_report_fails_a_recompute_run_that_drifts(tmp_path):
+    crafted(tmp_path / "out", bf16_shift=1e-4, mfu=0.5, recompute_shift=1e-5)
+    code, text, result = report(tmp_path / "out")
+    assert code == 1, text
+    by_name = {c["check"]: c for c in result["checks"]}
+    assert by_name["recompute vs keeping activations, fp32 on cuda"]["result"] == "FAIL"
 
 
 @pytest.mark.parametrize("bf16_shift, mfu, failing", [
