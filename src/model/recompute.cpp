@@ -38,6 +38,8 @@ class RecomputeBackward : public torch::autograd::Node {
 
   variable_list apply(variable_list&& grads) override {
     if (!grads[0].defined()) return {at::Tensor()};  // nothing flows back through this layer
+    TORCH_CHECK(layer_ != nullptr, "a recomputed layer's backward ran a second time: its graph is not kept "
+                                   "(retain_graph is not supported with run.recompute)");
     const bool input_grad = should_compute_output(0);
     const at::Tensor x = input_.detach().requires_grad_(input_grad);
     at::Tensor y;
