@@ -217,9 +217,12 @@ Plan plan_layouts(const RunConfig& base, const Profile& profile, const PlanOptio
   if (fitting.empty()) {
     throw std::invalid_argument(fmt::format(
         "none of the {} valid layouts on {} devices fits the profile's memory ({:.3g} GiB{}); the least any needs is "
-        "{:.3g} GiB",
+        "{:.3g} GiB{}",
         plan.enumerated, options.devices, profile.memory_bytes() / kGiB,
-        profile.memory_shared_by_all_ranks() ? " shared by all ranks" : " a device", least_memory / kGiB));
+        profile.memory_shared_by_all_ranks() ? " shared by all ranks" : " a device", least_memory / kGiB,
+        options.recompute_where_needed || recomputes_layers(base)
+            ? ""
+            : " (--recompute-where-needed tries each with activation recompute)"));
   }
   // Simulated in the order of their bounds: one whose bound is no better than
   // the K-th best step and its placement's best can join neither, and is skipped.
