@@ -105,7 +105,10 @@ void save_hf(const RunConfig& config, const MultimodalModel& model, JobGroups& g
     file.emplace_back(std::string(kUnusedPostLayerNorm) + "weight", at::ones({config.encoder.hidden}));
     file.emplace_back(std::string(kUnusedPostLayerNorm) + "bias", at::zeros({config.encoder.hidden}));
   }
-  if (world.rank() == 0) remove_earlier_weights(dir);
+  if (world.rank() == 0) {
+    ensure_writable_dir(dir);
+    remove_earlier_weights(dir);
+  }
   world.barrier();  // no shard of this export is written before the old ones are gone
   for (const auto& [file, tensors] : mine) write_safetensors(dir + "/" + files.name(file), tensors);
   world.barrier();  // every shard is complete before the index names it

@@ -10,7 +10,6 @@
 #include "interop/hf_model_config.hpp"
 #include "io/safetensors.hpp"
 #include "model/param_init.hpp"
-#include "tp/tp_comm_ops.hpp"
 
 namespace hetpar {
 namespace {
@@ -55,9 +54,10 @@ std::string legacy_hf_name(const std::string& name) {
 struct CheckpointIndex {
   struct Place {
     std::string file, key;
-    SafetensorsEntry entry;
+    const SafetensorsEntry* entry;  // in headers
   };
-  std::map<std::string, Place> by_name;  // canonical name -> where
+  std::map<std::string, SafetensorsHeader> headers;  // file -> its header
+  std::map<std::string, Place> by_name;              // canonical name -> where
   std::string where(const std::string& name) const {
     const Place& p = by_name.at(name);
     return p.file + " (" + p.key + ")";
@@ -67,13 +67,14 @@ struct CheckpointIndex {
 CheckpointIndex index_checkpoint(const std::string& dir) {
   CheckpointIndex out;
   for (const std::string& file : hf_weight_files(dir)) {
-    for (const auto& [key, entry] : read_safetensors_header(file).entries) {
+    const SafetensorsHeader& header = out.headers.emplace(file, read_safetensors_header(file)).first->second;
+    for (const auto& [key, entry] : header.entries) {
       const std::string name = canonical_hf_name(key);
       if (out.by_name.count(name)) {
         throw std::runtime_error(dir + ": " + out.where(name) + " and " + file + " (" + key + ") are the same tensor " +
                                  name);
       }
-      out.by_name.emplace(name, CheckpointIndex::Place{file, key, entry});
+      out.by_name.emplace(name, CheckpointIndex::Place{file, key, &entry});
     }
   }
   return out;
@@ -154,12 +155,15 @@ at::Tensor to_hf_shape(const std::string& name, const at::Tensor& full, const En
 }
 
 std::string load_hf(const MultimodalModel& model, JobGroups& groups, Group& world, const std::string& dir) {
+  using Placed = std::pair<const MultimodalModel::NamedParameter*, const CheckpointIndex::Place*>;
   const CheckpointIndex index = index_checkpoint(dir);
   const auto params = model.named_parameters();
   const auto tp_of = [&](const MultimodalModel::NamedParameter& p) -> Group& {
     return (p.on_encoder_side ? groups.encoder() : groups.llm()).get(GroupKind::kTp);
   };
-  // The first tensor this rank needs that the checkpoint lacks, or holds in another shape.
+  // This rank's parameters, each with where its tensor lies; the first one the
+  // checkpoint lacks, or holds in another shape, is the problem.
+  std::vector<Placed> placed;
   std::string problem;
   for (const auto& p : params) {
     const std::string name = hf_name(p.name);
@@ -168,7 +172,8 @@ std::string load_hf(const MultimodalModel& model, JobGroups& groups, Group& worl
       problem = dir + ": no tensor " + name + " (nor under the layout " + legacy_hf_name(name) + ")";
       break;
     }
-    std::vector<int64_t> shape = it->second.entry.shape;
+    const std::vector<int64_t>& stored = it->second.entry->shape;
+    std::vector<int64_t> shape = stored;
     if (p.name == kPatchWeight && !shape.empty()) {
       int64_t rest = 1;
       for (size_t d = 1; d < shape.size(); ++d) rest *= shape[d];
@@ -180,24 +185,25 @@ std::string load_hf(const MultimodalModel& model, JobGroups& groups, Group& worl
     if (divides && dim >= 0) shape[dim] /= parts;
     if (!divides || at::IntArrayRef(shape) != p.tensor.sizes()) {
       problem = fmt::format("{}: {} has shape [{}], the run's config needs [{}] on this rank", index.where(name),
-                            name, fmt::join(it->second.entry.shape, ","), fmt::join(p.tensor.sizes(), ","));
+                            name, fmt::join(stored, ","), fmt::join(p.tensor.sizes(), ","));
       break;
     }
+    placed.emplace_back(&p, &it->second);
   }
   // Every rank judges the whole checkpoint alike, in one all-reduce over the
   // job before anything is read: which tensors some rank uses (under pipeline
   // parallelism none uses all), and the lowest rank that found a problem.
   const int64_t count = static_cast<int64_t>(index.by_name.size());
-  std::vector<int> marks(count + 1, 0);
-  std::set<std::string> mine;
-  for (const auto& p : params) mine.insert(hf_name(p.name));
-  int64_t i = 0;
-  for (const auto& [name, place] : index.by_name) marks[i++] = static_cast<int>(mine.count(name));
-  marks[count] = problem.empty() ? 0 : world.size() - world.rank();
+  std::set<const CheckpointIndex::Place*> mine;
+  for (const auto& [p, place] : placed) mine.insert(place);
+  std::vector<int> marks;
+  for (const auto& [name, place] : index.by_name) marks.push_back(static_cast<int>(mine.count(&place)));
+  marks.push_back(problem.empty() ? 0 : world.size() - world.rank());
   at::Tensor all = at::tensor(marks, at::kInt).to(model.device());
   world.all_reduce(all, ReduceOp::kMax);
   all = all.cpu();
-  if (const int found = all[count].item<int>(); found != 0) {
+  std::copy_n(all.data_ptr<int>(), count + 1, marks.begin());
+  if (const int found = marks[count]; found != 0) {
     // Its message to every rank, so whichever exits first says what is wrong.
     constexpr int64_t kLength = 1024;
     at::Tensor text = at::zeros({kLength}, at::kByte);
@@ -208,22 +214,22 @@ std::string load_hf(const MultimodalModel& model, JobGroups& groups, Group& worl
     throw std::runtime_error(reinterpret_cast<const char*>(text.data_ptr<uint8_t>()));
   }
   std::set<std::string> used;
-  i = 0;
+  int64_t i = 0;
   for (const auto& [name, place] : index.by_name) {
-    if (all[i++].item<int>() != 0) used.insert(name);
+    if (marks[i++] != 0) used.insert(name);
   }
   const std::string note = unused_tensors_note(index, used, dir);
 
   // File by file, only this rank's tensors; each rank copies its TP shard.
-  std::map<std::string, std::vector<const MultimodalModel::NamedParameter*>> by_file;
-  for (const auto& p : params) by_file[index.by_name.at(hf_name(p.name)).file].push_back(&p);
+  std::map<std::string, std::vector<Placed>> by_file;
+  for (const Placed& pp : placed) by_file[pp.second->file].push_back(pp);
   at::NoGradGuard no_grad;
   for (const auto& [file, file_params] : by_file) {
     std::vector<std::string> keys;
-    for (const auto* p : file_params) keys.push_back(index.by_name.at(hf_name(p->name)).key);
-    const auto tensors = read_safetensors(file, keys);
-    for (const auto* p : file_params) {
-      at::Tensor full = tensors.at(index.by_name.at(hf_name(p->name)).key).to(at::kFloat);
+    for (const auto& [p, place] : file_params) keys.push_back(place->key);
+    const auto tensors = read_safetensors(file, index.headers.at(file), keys);
+    for (const auto& [p, place] : file_params) {
+      at::Tensor full = tensors.at(place->key).to(at::kFloat);
       if (p->name == kPatchWeight) full = full.reshape({full.size(0), -1});
       Group& tp = tp_of(*p);
       p->tensor.copy_(p->shard_dim < 0 ? full : shard(full, p->shard_dim, tp.rank(), tp.size()));

@@ -113,8 +113,8 @@ SafetensorsHeader read_safetensors_header(const std::string& path) {
   }
 }
 
-std::map<std::string, at::Tensor> read_safetensors(const std::string& path, const std::vector<std::string>& names) {
-  const SafetensorsHeader header = read_safetensors_header(path);
+std::map<std::string, at::Tensor> read_safetensors(const std::string& path, const SafetensorsHeader& header,
+                                                   const std::vector<std::string>& names) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error(path + ": cannot open");
   std::map<std::string, at::Tensor> out;
@@ -132,9 +132,10 @@ std::map<std::string, at::Tensor> read_safetensors(const std::string& path, cons
 }
 
 std::map<std::string, at::Tensor> read_safetensors(const std::string& path) {
+  const SafetensorsHeader header = read_safetensors_header(path);
   std::vector<std::string> names;
-  for (const auto& [name, entry] : read_safetensors_header(path).entries) names.push_back(name);
-  return read_safetensors(path, names);
+  for (const auto& [name, entry] : header.entries) names.push_back(name);
+  return read_safetensors(path, header, names);
 }
 
 }  // namespace hetpar

@@ -34,7 +34,8 @@ SafetensorsHeader read_safetensors_header(const std::string& path);
 // Reads every tensor of a file; throws std::runtime_error naming the file and
 // what is wrong (missing, truncated, bad header, unsupported dtype).
 std::map<std::string, at::Tensor> read_safetensors(const std::string& path);
-// The named tensors only (each must be in the file).
-std::map<std::string, at::Tensor> read_safetensors(const std::string& path, const std::vector<std::string>& names);
+// The named tensors only (each must be in the file), given the file's header.
+std::map<std::string, at::Tensor> read_safetensors(const std::string& path, const SafetensorsHeader& header,
+                                                   const std::vector<std::string>& names);
 
 }  // namespace hetpar

@@ -81,11 +81,9 @@ at::Tensor LlamaModel::blocks(const at::Tensor& input) {
   }
   at::Tensor x = input;
   for (auto& block : blocks_) {
-    if (!recompute_) {
-      x = block->forward(x, cos, sin);
-      continue;
-    }
-    x = recompute_in_backward(*block, [block, cos, sin](const at::Tensor& in) { return block->forward(in, cos, sin); }, x);
+    x = recompute_ ? recompute_in_backward(
+                         *block, [block, cos, sin](const at::Tensor& in) { return block->forward(in, cos, sin); }, x)
+                   : block->forward(x, cos, sin);
   }
   return x;
 }
