@@ -192,7 +192,8 @@ def csv_row(plan, path):
         row[prefix + "layout"] = " / ".join(f"{short} " + ".".join(f"{d}{entry[side][d]}" for d in DIMS)
                                             for side, short in (("encoder", "enc"), ("llm", "llm"))) if entry else ""
         if entry.get("recompute"):
-            row[prefix + "layout"] += " +recompute"
+            layers = entry.get("recompute_layers") or 0  # 0: every layer
+            row[prefix + "layout"] += f" +recompute {layers}/stage" if layers else " +recompute"
         if placement == "non-colocated":
             row[prefix + "run_ahead"] = entry.get("run_ahead", "")
         for key in ENTRY_NUMBERS + ["speedup_tokens", "speedup_tflops"]:

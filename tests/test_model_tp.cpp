@@ -4,7 +4,8 @@
 // every rank: loss, logits, every parameter's gradient and the pixels'
 // gradient. fp32, |a - b| <= 1e-6 + 1e-5 * max|b|. With activation recompute
 // (model/recompute.hpp) the same TP model gives the same bits as without, in
-// fp32 and under bf16 autocast, and with a frozen encoder.
+// fp32 and under bf16 autocast, with a frozen encoder, and with only each
+// module's first layer recomputed.
 #include <ATen/ATen.h>
 
 #include "metrics/model_flops.hpp"
@@ -153,11 +154,17 @@ HETPAR_WORKER(recompute_model) {
   LlmConfig l;
   l.vocab_size = 64, l.hidden = 64, l.layers = 3, l.heads = 8, l.kv_heads = 4, l.ffn_hidden = 96, l.seq_len = 32;
   const Batch batch = make_batch(e, l);
-  for (const auto& [bf16, frozen] : {std::pair{false, false}, std::pair{true, false}, std::pair{false, true}}) {
-    const std::string tag = std::string(bf16 ? "bf16" : "fp32") + (frozen ? " frozen encoder" : "") + ": ";
+  // The last case recomputes only the first layer of each module (run.recompute_layers = 1).
+  struct Case {
+    bool bf16, frozen, first_layer_only;
+  };
+  for (const auto& [bf16, frozen, first_layer_only] :
+       {Case{false, false, false}, Case{true, false, false}, Case{false, true, false}, Case{false, false, true}}) {
+    const std::string tag = std::string(bf16 ? "bf16" : "fp32") + (frozen ? " frozen encoder" : "") +
+                            (first_layer_only ? " first layer only" : "") + ": ";
     Models kept = build(e, l, tp), again = build(e, l, tp);
-    again.encoder->set_recompute(true);
-    again.llm->set_recompute(true);
+    again.encoder->set_recompute(first_layer_only ? 1 : again.encoder->block_count());
+    again.llm->set_recompute(first_layer_only ? 1 : again.llm->block_count());
     if (frozen) {
       for (Models* m : {&kept, &again}) {
         for (at::Tensor& p : m->encoder->parameters()) p.set_requires_grad(false);

@@ -292,11 +292,12 @@ TEST(OpTimes, UniformContextParallelismSumsTheEncodersGradientsToo) {
 // Recompute runs each layer's forward again at the start of its backward:
 // with a vocabulary too small for the head to count, the LLM's backward
 // grows by its forward (TP collectives included), the encoder's by its
-// blocks' share of it, and the forwards stay.
+// blocks' share of it, and the forwards stay. Only each stage's first layer
+// of two (run.recompute_layers = 1) adds half as much.
 TEST(OpTimes, RecomputeAddsEachLayersForwardToItsBackward) {
-  const auto with = [](const char* recompute) {
+  const auto with = [](const char* recompute, const char* layers = "run.recompute_layers=0") {
     return load_run_config(HETPAR_SOURCE_DIR "/workloads/tiny.toml",
-                           {"layout.llm.tp=2", "llm.vocab_size=16", recompute});
+                           {"layout.llm.tp=2", "llm.vocab_size=16", recompute, layers});
   };
   const Profile profile = Profile::from_json(flat_profile(1e9, 0), "flat");
   const OpTimes kept = op_times(with("run.recompute=\"none\""), profile);
@@ -307,6 +308,15 @@ TEST(OpTimes, RecomputeAddsEachLayersForwardToItsBackward) {
   // The encoder's forward also holds the patch embedding and the projector, which are not recomputed.
   EXPECT_LT(again.encoder_backward[0] - kept.encoder_backward[0], kept.encoder_forward[0]);
   EXPECT_GT(again.encoder_backward[0] - kept.encoder_backward[0], 0.5 * kept.encoder_forward[0]);
+  const OpTimes first = op_times(with("run.recompute=\"full\"", "run.recompute_layers=1"), profile);
+  EXPECT_EQ(first.llm_forward[0], kept.llm_forward[0]);
+  EXPECT_NEAR(first.llm_backward[0] - kept.llm_backward[0], (again.llm_backward[0] - kept.llm_backward[0]) / 2,
+              1e-9 * kept.llm_backward[0]);
+  EXPECT_NEAR(first.encoder_backward[0] - kept.encoder_backward[0],
+              (again.encoder_backward[0] - kept.encoder_backward[0]) / 2, 1e-9 * kept.encoder_backward[0]);
+  // As many as a stage holds, or more, are all of them.
+  EXPECT_EQ(op_times(with("run.recompute=\"full\"", "run.recompute_layers=5"), profile).llm_backward[0],
+            again.llm_backward[0]);
 }
 
 TEST(OpTimes, MoreRanksThanCoresTakeTheCoresTimeForEveryonesCompute) {

@@ -201,16 +201,23 @@ TEST(Planner, DropsWhatDoesNotFitAndSaysWhenNothingDoes) {
 }
 
 // --recompute-where-needed: a layout that does not fit as the run file says
-// is tried with recompute. Every layout that fits without it keeps its
-// setting and step; the rest fit only with it, at the step recompute takes,
-// which is slower than the same layout's without; and more layouts fit.
-TEST(Planner, RecomputeWhereNeededFitsMoreLayoutsAtTheirRecomputedStep) {
-  const RunConfig base = tiny({"llm.seq_len=512"});  // activations weigh more than the state
-  const auto need = [&](const LayoutConfig& l, bool recompute) {
+// is tried with recompute, on the fewest of each stage's first layers that
+// fit. Every layout that fits without it keeps its setting and step; the
+// rest fit only with it, and not with one layer fewer, at a step slower than
+// the same layout's without and faster than with every layer recomputed
+// where fewer fit; and more layouts fit.
+TEST(Planner, RecomputeWhereNeededFitsMoreLayoutsWithTheFewestLayersRecomputed) {
+  // Activations weigh more than the state; four layers a module leave room between none and all.
+  const RunConfig base = tiny({"llm.seq_len=512", "llm.layers=4", "encoder.layers=4"});
+  const auto as_set = [&](const LayoutConfig& l, bool recompute, int64_t layers) {
     RunConfig c = with_layout(base, l);
     c.placement = resolve_placement(l.placement, l.encoder, l.llm);
     c.run.recompute = recompute ? "full" : "none";
-    return fullest_rank(rank_memory(c, MemoryAssumptions{4, 0})).total();
+    c.run.recompute_layers = layers;
+    return c;
+  };
+  const auto need = [&](const LayoutConfig& l, bool recompute, int64_t layers = 0) {
+    return fullest_rank(rank_memory(as_set(l, recompute, layers), MemoryAssumptions{4, 0})).total();
   };
   std::vector<double> needs;
   for (const LayoutConfig& l : enumerate_layouts(base, 4, 2)) needs.push_back(need(l, false));
@@ -230,19 +237,31 @@ TEST(Planner, RecomputeWhereNeededFitsMoreLayoutsAtTheirRecomputedStep) {
   ASSERT_EQ(static_cast<int64_t>(chosen.top.size()), chosen.fitting);
   std::map<std::string, double> step_as_given;
   for (const PlanCandidate& c : as_given.top) step_as_given[key(c.layout)] = c.step.seconds;
-  int recomputed = 0;
+  int all_layers = 0, some_layers = 0;
   for (const PlanCandidate& c : chosen.top) {
     EXPECT_LE(c.memory_needed, memory) << key(c.layout);
     EXPECT_EQ(c.recompute, !step_as_given.count(key(c.layout))) << key(c.layout);
     if (!c.recompute) {
+      EXPECT_EQ(c.recompute_layers, 0) << key(c.layout);
       EXPECT_EQ(c.step.seconds, step_as_given[key(c.layout)]) << key(c.layout);
       continue;
     }
-    ++recomputed;
     EXPECT_GT(need(c.layout, false), memory) << key(c.layout);
-    EXPECT_GT(c.step.seconds, predict_step_seconds(with_layout(base, c.layout), profile)) << key(c.layout);
+    EXPECT_GT(c.step.seconds, predict_step_seconds(as_set(c.layout, false, 0), profile)) << key(c.layout);
+    if (c.recompute_layers == 0) {
+      ++all_layers;
+      const Layout encoder = resolve_placement(c.layout.placement, c.layout.encoder, c.layout.llm).encoder;
+      const int64_t most = 4 / std::min(c.layout.llm.pp, encoder.pp);  // the most layers in a stage
+      if (most > 1) EXPECT_GT(need(c.layout, true, most - 1), memory) << key(c.layout) << ": one layer fewer fits";
+      continue;
+    }
+    ++some_layers;
+    EXPECT_LT(c.recompute_layers, 4) << key(c.layout);
+    if (c.recompute_layers > 1) EXPECT_GT(need(c.layout, true, c.recompute_layers - 1), memory) << key(c.layout);
+    EXPECT_LT(c.step.seconds, predict_step_seconds(as_set(c.layout, true, 0), profile)) << key(c.layout);
   }
-  EXPECT_GT(recomputed, 0);
+  EXPECT_GT(all_layers, 0);
+  EXPECT_GT(some_layers, 0);
   // The sweep runs each point, and the baseline, as planned: recompute where the plan chose it, and only there.
   const std::string dir = ::testing::TempDir() + "/plan_recompute_" + std::to_string(getpid());
   std::filesystem::create_directories(dir);
@@ -253,6 +272,7 @@ TEST(Planner, RecomputeWhereNeededFitsMoreLayoutsAtTheirRecomputedStep) {
     ASSERT_TRUE(run.config) << run.label << ": " << run.invalid_reason;
     const PlanCandidate& planned = run.is_baseline ? *chosen.best_uniform : chosen.top.at(point++);
     EXPECT_EQ(recomputes_layers(*run.config), planned.recompute) << run.label;
+    EXPECT_EQ(run.config->run.recompute_layers, planned.recompute_layers) << run.label;
   }
   EXPECT_EQ(point, chosen.top.size());
   std::filesystem::remove_all(dir);

@@ -200,16 +200,20 @@ TEST(ShardedOptimizerState, SameRunAsTheUnshardedOptimizer) {
 // again in the backward: the same losses and gradient norms to the bit as
 // keeping the activations, under each kind of schedule (TP and CP
 // collectives repeated in the backward, 1F1B stages, the non-colocated
-// encoder running ahead, bf16), with the DP sums still started during the
-// backward.
+// encoder running ahead, bf16) and with only each stage's first layer
+// recomputed, with the DP sums still started during the backward.
 TEST(ActivationRecompute, SameRunToTheBitAsKeepingTheActivations) {
-  const std::vector<std::pair<const char*, const char*>> layouts = {
-      {"tp2_dp2_bf16", "--set layout.llm.tp=2 --set layout.llm.dp=2 --set data.micro_batch_size=1 --set run.precision=bf16"},
-      {"cp2", "--set layout.llm.cp=2"},
-      {"coloc_pp2", "--set layout.placement=colocated --set layout.encoder.dp=4 --set layout.llm.pp=2 --set layout.llm.dp=2 --set data.micro_batch_size=1"},
-      {"noncoloc_enc_pp2", "--set layout.placement=non-colocated --set layout.encoder.pp=2 --set layout.encoder.dp=2 --set layout.llm.dp=2 --set data.micro_batch_size=1"}};
-  for (const auto& [name, sets] : layouts) {
-    const auto again = train(std::string("recompute_") + name, std::string(sets) + " --set run.recompute=full", 4);
+  struct Case {
+    const char *name, *sets, *recompute;
+  };
+  const char* all = " --set run.recompute=full";
+  const std::vector<Case> cases = {
+      {"tp2_dp2_bf16", "--set layout.llm.tp=2 --set layout.llm.dp=2 --set data.micro_batch_size=1 --set run.precision=bf16", all},
+      {"cp2_first_layer", "--set layout.llm.cp=2", " --set run.recompute=full --set run.recompute_layers=1"},
+      {"coloc_pp2", "--set layout.placement=colocated --set layout.encoder.dp=4 --set layout.llm.pp=2 --set layout.llm.dp=2 --set data.micro_batch_size=1", all},
+      {"noncoloc_enc_pp2", "--set layout.placement=non-colocated --set layout.encoder.pp=2 --set layout.encoder.dp=2 --set layout.llm.dp=2 --set data.micro_batch_size=1", all}};
+  for (const auto& [name, sets, recompute] : cases) {
+    const auto again = train(std::string("recompute_") + name, std::string(sets) + recompute, 4);
     const auto kept = train(std::string("kept_") + name, sets, 4);
     expect_same_run_to_the_bit(again, kept, 4, name);
     std::ifstream summary(run_dir(std::string("recompute_") + name) + "/summary.json");

@@ -213,6 +213,10 @@ std::optional<ConfigProblem> consistency_problem(const RunConfig& c) {
     return ConfigProblem{{"llm.seq_len", "data.images_max"}, "must be >= data.images_max * tokens per image + 2 = " + num(image_tokens + 2) +
                           ", got " + num(c.llm.seq_len)};
   }
+  if (c.run.recompute_layers > 0 && !recomputes_layers(c)) {
+    return ConfigProblem{{"run.recompute_layers", "run.recompute"}, "caps the layers that recompute, so it needs run.recompute = \"full\", got \"" +
+                          c.run.recompute + "\""};
+  }
   if (c.optim.min_lr > c.optim.lr) {
     return ConfigProblem{{"optim.min_lr", "optim.lr"}, "must be <= optim.lr, got " + std::to_string(c.optim.min_lr)};
   }

@@ -2,6 +2,7 @@
 // includes and --set overrides applied), validated before anything starts.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -21,7 +22,8 @@ struct RunSection {
   int64_t checkpoint_every = 0;     // steps between checkpoints; 0 = none
   int64_t checkpoint_keep = 2;      // newest complete checkpoints kept
   std::string precision = "auto";   // fp32 | bf16 | auto (bf16 on a GPU, fp32 on CPU)
-  std::string recompute = "none";   // none | full: every transformer layer recomputes its forward in the backward
+  std::string recompute = "none";   // none | full: transformer layers recompute their forward in the backward
+  int64_t recompute_layers = 0;     // with full: each pipeline stage's first this many layers; 0 = all
 };
 
 struct EncoderConfig {     // ViT (SigLIP/CLIP style)
@@ -114,8 +116,15 @@ struct RunConfig {
 // optimizer; bf16 matmuls and activations). "auto" is fp32 until
 // resolve_device (config/device_choice.hpp) has made it bf16 on a GPU.
 inline bool computes_in_bf16(const RunConfig& config) { return config.run.precision == "bf16"; }
-// Whether every transformer layer keeps only its input and recomputes its forward in the backward.
+// Whether transformer layers keep only their input and recompute their forward in the backward.
 inline bool recomputes_layers(const RunConfig& config) { return config.run.recompute == "full"; }
+// How many of a pipeline stage's `stage_layers` transformer layers recompute
+// (its first ones, in either module): all under run.recompute = "full"
+// unless run.recompute_layers caps them, none otherwise.
+inline int64_t recomputed_layers(const RunConfig& config, int64_t stage_layers) {
+  if (!recomputes_layers(config)) return 0;
+  return config.run.recompute_layers == 0 ? stage_layers : std::min(config.run.recompute_layers, stage_layers);
+}
 
 // Micro-batches a step on each LLM DP rank (the global batch over DP and micro-batch size).
 inline int64_t micro_batches_per_step(const RunConfig& config) {

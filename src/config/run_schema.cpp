@@ -203,6 +203,10 @@ std::vector<SchemaKey> build_schema() {
           "full: every transformer layer of both modules keeps only its input for the backward and runs its "
           "forward again there (activation memory of a layer's input instead of its whole work; about a third "
           "more compute; the same numbers)"),
+      run.key<&RunSection::recompute_layers>("recompute_layers", at_least(0),
+          "with recompute = \"full\": only the first this many transformer layers of each pipeline stage of "
+          "each module recompute (all of a stage that holds fewer); 0 = every layer. Fewer layers: less "
+          "compute, more memory"),
       run.key<&RunSection::checkpoint_keep>("checkpoint_keep", at_least(1), "newest complete checkpoints kept; older ones are removed"),
       encoder.key<&Enc::image_size>("image_size", at_least(1), "side of the square input image, pixels"),
       encoder.key<&Enc::patch_size>("patch_size", at_least(1), "side of a square patch, pixels"),

@@ -80,8 +80,9 @@ at::Tensor LlamaModel::blocks(const at::Tensor& input) {
     sin = rope_sin_.index_select(0, positions);
   }
   at::Tensor x = input;
-  for (auto& block : blocks_) {
-    x = recompute_ ? recompute_in_backward(
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    const std::shared_ptr<LlamaBlock>& block = blocks_[i];
+    x = int64_t(i) < recompute_layers_ ? recompute_in_backward(
                          *block, [block, cos, sin](const at::Tensor& in) { return block->forward(in, cos, sin); }, x)
                    : block->forward(x, cos, sin);
   }

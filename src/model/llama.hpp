@@ -54,12 +54,14 @@ class LlamaModel : public torch::nn::Module {
   // (negative targets are ignored).
   at::Tensor loss_sum(const at::Tensor& logits, const at::Tensor& targets);
   int64_t hidden() const { return config_.hidden; }
-  // Each block keeps only its input and runs again in the backward (model/recompute.hpp).
-  void set_recompute(bool on) { recompute_ = on; }
+  // This stage's first `layers` blocks keep only their input and run again
+  // in the backward (model/recompute.hpp); 0: none.
+  void set_recompute(int64_t layers) { recompute_layers_ = layers; }
+  int64_t block_count() const { return static_cast<int64_t>(blocks_.size()); }
 
  private:
   LlmConfig config_;
-  bool recompute_ = false;
+  int64_t recompute_layers_ = 0;
   Group& tp_;
   Group* cp_;  // null or one rank: whole sequences
   std::shared_ptr<VocabParallelEmbedding> embed_;

@@ -63,8 +63,9 @@ at::Tensor VisionEncoder::embed(const at::Tensor& pixels) {
 
 at::Tensor VisionEncoder::blocks(const at::Tensor& input) {
   at::Tensor x = input;
-  for (auto& block : blocks_) {
-    x = recompute_ ? recompute_in_backward(*block, [block](const at::Tensor& in) { return block->forward(in); }, x)
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    const std::shared_ptr<VitBlock>& block = blocks_[i];
+    x = int64_t(i) < recompute_layers_ ? recompute_in_backward(*block, [block](const at::Tensor& in) { return block->forward(in); }, x)
                    : block->forward(x);
   }
   return x;

@@ -44,12 +44,14 @@ class VisionEncoder : public torch::nn::Module {
   at::Tensor blocks(const at::Tensor& x);
   at::Tensor features(const at::Tensor& x) const;
   bool first_stage() const { return patch_weight.defined(); }
-  // Each block keeps only its input and runs again in the backward (model/recompute.hpp).
-  void set_recompute(bool on) { recompute_ = on; }
+  // This stage's first `layers` blocks keep only their input and run again
+  // in the backward (model/recompute.hpp); 0: none.
+  void set_recompute(int64_t layers) { recompute_layers_ = layers; }
+  int64_t block_count() const { return static_cast<int64_t>(blocks_.size()); }
 
  private:
   EncoderConfig config_;
-  bool recompute_ = false;
+  int64_t recompute_layers_ = 0;
   at::Tensor patch_weight, patch_bias, position_embedding;  // first stage only
   std::vector<std::shared_ptr<VitBlock>> blocks_;
 };

@@ -65,6 +65,15 @@ double encoder_bytes_per_patch(const EncoderConfig& e, int tp, double eb) {
 // parameter at one micro-batch a step and 18.3 at two and four.
 double step_copy_bytes(const MemoryAssumptions& a) { return a.element_bytes < kFp32 ? a.element_bytes : 0; }
 
+// What a stage's recompute holds beyond its saved activations, at its
+// height: one layer's work again and three residual-width tensors (`residual`
+// bytes each: the recomputed output, the gradient coming in and the one going
+// out). The recomputed layers are the stage's first, whose backward runs
+// last: by then the layers above them have freed the work they kept.
+double recompute_transient(double layer_bytes, double residual, int64_t layers, int64_t recomputed) {
+  return std::max(0.0, layer_bytes * double(1 - (layers - recomputed)) + 3 * residual);
+}
+
 // The LLM's stage `s` on one rank: its layers' state, its activations for
 // `in_flight` micro-batches, and on the last stage the logits.
 Part llm_part(const RunConfig& c, int s, int64_t in_flight, const MemoryAssumptions& a) {
@@ -88,13 +97,12 @@ Part llm_part(const RunConfig& c, int s, int64_t in_flight, const MemoryAssumpti
       tokens * llm_bytes_per_token(l, lay.tp, lay.cp, a.attention_keeps_probabilities, a.element_bytes);
   // Recomputed, a layer keeps its input (the fp32 residual stream, whole on
   // every TP rank) and makes its work again, one layer and micro-batch at a
-  // time, in the backward, beside three more residual-width tensors: the
-  // recomputed output, the gradient coming in and the one going out.
-  // tiny.toml at hidden 512 and 2048 tokens a micro-batch (the
+  // time, in the backward (recompute_transient). tiny.toml at hidden 512 and 2048 tokens a micro-batch (the
   // activation-heavy case of tests/test_memory_measured.cpp) measured
   // 355.2 MiB in fp32 and 336.9 in bf16 against 346.0 and 337.3 predicted.
-  const bool recompute = recomputes_layers(c);
-  p.activations = double(in_flight) * double(layers.count) * (recompute ? tokens * h * kFp32 : layer_bytes);
+  // Under run.recompute_layers only the stage's first layers recompute; the rest keep their work.
+  const int64_t recomputed = recomputed_layers(c, layers.count);
+  p.activations = double(in_flight) * (double(recomputed) * tokens * h * kFp32 + double(layers.count - recomputed) * layer_bytes);
   // The final norm, whose output the head reads.
   if (last) p.activations += double(in_flight) * tokens * norm_bytes_per_token(h, 1, a.element_bytes);
   // The logits at fp32 width, this rank's vocab shard, in as many copies as
@@ -110,7 +118,7 @@ Part llm_part(const RunConfig& c, int s, int64_t in_flight, const MemoryAssumpti
   const double logits_copies = lay.tp > 1 ? 4 + (a.element_bytes < kFp32 ? 0.5 : 0) : 3;
   if (last) p.transient = logits_copies * kFp32 * tokens * vocab / lay.tp;
   // The loss's copies are gone before the first recomputed layer's backward.
-  if (recompute && layers.count > 0) p.transient = std::max(p.transient, layer_bytes + 3 * tokens * h * kFp32);
+  if (recomputed > 0) p.transient = std::max(p.transient, recompute_transient(layer_bytes, tokens * h * kFp32, layers.count, recomputed));
   return p;
 }
 
@@ -131,8 +139,8 @@ Part encoder_part(const RunConfig& c, int s, int64_t in_flight, double images, c
   const double eb = a.element_bytes;
   const double layer_bytes = patches * encoder_bytes_per_patch(e, lay.tp, eb);
   // Recomputed: each layer's fp32 input, and one layer's work again in its backward (as the LLM's).
-  const bool recompute = recomputes_layers(c) && !e.frozen;
-  double bytes = double(layers.count) * (recompute ? patches * h * kFp32 : layer_bytes);
+  const int64_t recomputed = e.frozen ? 0 : recomputed_layers(c, layers.count);
+  double bytes = double(recomputed) * patches * h * kFp32 + double(layers.count - recomputed) * layer_bytes;
   if (first) bytes += patches * double(e.channels * e.patch_size * e.patch_size) * eb;  // the patches themselves
   // The projector, which always trains: its input, hidden and activation.
   const double projector_bytes = double(e.tokens_per_image()) * (h + 2 * double(c.llm.hidden) / lay.tp) * eb;
@@ -145,7 +153,7 @@ Part encoder_part(const RunConfig& c, int s, int64_t in_flight, double images, c
   if (e.frozen) bytes = last ? projector_bytes : 0;
   p.in_flight = in_flight;
   p.activations = double(in_flight) * images * bytes;
-  if (recompute && layers.count > 0) p.transient = images * (layer_bytes + 3 * patches * h * kFp32);
+  if (recomputed > 0) p.transient = images * recompute_transient(layer_bytes, patches * h * kFp32, layers.count, recomputed);
   return p;
 }
 

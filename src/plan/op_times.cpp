@@ -185,17 +185,19 @@ RankCost calibrated_layer_cost(const Profile& p, const LayerShape& l, const std:
   return c;
 }
 
-// A layer under run.recompute = "full": its forward again at the start of
-// its backward, collectives included (model/recompute.hpp).
-RankCost recomputed(RankCost layer) {
-  layer.compute.backward += layer.compute.forward;
-  layer.comm.backward += layer.comm.forward;
-  return layer;
-}
-
 // `count` layers of one cost.
 RankCost stack(const RankCost& layer, int64_t count) {
   return {layer.compute * static_cast<double>(count), layer.comm * static_cast<double>(count)};
+}
+
+// A stage's `count` layers of one cost, of which the first `recomputed` run
+// their forward again at the start of their backward, collectives included
+// (model/recompute.hpp).
+RankCost stage_stack(const RankCost& layer, int64_t count, int64_t recomputed) {
+  RankCost stage = stack(layer, count);
+  stage.compute.backward += layer.compute.forward * static_cast<double>(recomputed);
+  stage.comm.backward += layer.comm.forward * static_cast<double>(recomputed);
+  return stage;
 }
 
 // Images one encoder rank encodes per micro-batch (expected): under uniform
@@ -230,9 +232,9 @@ OpEstimate estimate_ops(const RunConfig& c, const Profile& p) {
                              double(c.data.micro_batch_size), double(llm.seq_len), "rms_norm", "gelu"};
   llm_layer.cast_share = 1 / micro_batches;  // trainable weights: cast once a step
   RankCost layer = calibrated_layer_cost(p, llm_layer, "llm");
-  if (recomputes_layers(c)) layer = recomputed(layer);
   for (int s = 0; s < pl.llm.pp; ++s) {
-    RankCost stage = stack(layer, stage_layers(llm.layers, pl.llm.pp, s).count);
+    const int64_t count = stage_layers(llm.layers, pl.llm.pp, s).count;
+    RankCost stage = stage_stack(layer, count, recomputed_layers(c, count));
     if (s == 0) {
       // The embedding's gradient: each micro-batch's rows added into .grad in
       // place (a read of the rows' gradient and a read-modify-write of .grad's
@@ -277,9 +279,10 @@ OpEstimate estimate_ops(const RunConfig& c, const Profile& p) {
   // each micro-batch.
   enc_layer.cast_share = enc.frozen ? 1 : 1 / micro_batches;
   RankCost vit = calibrated_layer_cost(p, enc_layer, "encoder");
-  if (recomputes_layers(c)) vit = recomputed(vit);  // a frozen encoder's backward is dropped below anyway
   for (int s = 0; s < pl.encoder.pp; ++s) {
-    RankCost stage = stack(vit, stage_layers(enc.layers, pl.encoder.pp, s).count);
+    // A frozen encoder's backward is dropped below anyway.
+    const int64_t count = stage_layers(enc.layers, pl.encoder.pp, s).count;
+    RankCost stage = stage_stack(vit, count, recomputed_layers(c, count));
     if (s == 0) stage.compute += matmul(p, images * patches, double(enc.hidden), double(enc.channels * enc.patch_size * enc.patch_size));
     if (enc.frozen) stage.compute.backward = stage.comm.backward = 0;  // nothing upstream trains
     if (s == pl.encoder.pp - 1) {  // the projector always trains

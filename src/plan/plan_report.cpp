@@ -44,6 +44,7 @@ nlohmann::json candidate_json(const PlanCandidate& c) {
                       {"llm_devices", c.layout.llm.size()},
                       {"run_ahead", apart ? nlohmann::json(c.layout.run_ahead) : nlohmann::json(nullptr)},
                       {"recompute", c.recompute},
+                      {"recompute_layers", c.recompute ? nlohmann::json(c.recompute_layers) : nlohmann::json(nullptr)},
                       {"step_seconds", c.step.seconds},
                       {"tokens_per_second", c.tokens_per_second},
                       {"tflops_per_device", c.tflops_per_device},
@@ -77,12 +78,20 @@ std::string phases_text(const StepPhases& p) {
   return text;
 }
 
+// " +recompute" (every layer), " +recompute 3/stage" (each stage's first three), or "".
+std::string recompute_text(const PlanCandidate& c) {
+  if (!c.recompute) return "";
+  return c.recompute_layers == 0 ? " +recompute" : fmt::format(" +recompute {}/stage", c.recompute_layers);
+}
+
 std::string ratio(double r) { return r > 0 ? fmt::format("{:.3f}x", r) : "-"; }
 
-std::string row(const std::string& rank, const PlanCandidate& c) {
-  const std::string layout = layout_text(c.layout) + (c.recompute ? " +recompute" : "");
-  return fmt::format("{:<6} {:<14} {:<52} {:>9.4g} {:>11.4g} {:>8.1f} {:>9.2f} {:>8} {:>8}\n", rank,
-                     placement_name(c.layout.placement), layout, c.step.seconds, c.tokens_per_second,
+std::string layout_column(const PlanCandidate& c) { return layout_text(c.layout) + recompute_text(c); }
+
+// One candidate's row, its layout in a column `width` wide.
+std::string row(const std::string& rank, const PlanCandidate& c, size_t width) {
+  return fmt::format("{:<6} {:<14} {:<{}} {:>9.4g} {:>11.4g} {:>8.1f} {:>9.2f} {:>8} {:>8}\n", rank,
+                     placement_name(c.layout.placement), layout_column(c), width, c.step.seconds, c.tokens_per_second,
                      c.tflops_per_device, c.fullest.total() / kGiB, ratio(c.speedup),
                      ratio(c.speedup_over_llm_centric));
 }
@@ -102,9 +111,15 @@ std::string plan_table(const Plan& plan, const std::string& profile_origin) {
       "{} valid layouts on {} devices, {} fit the memory of {}; searched in {:.2f} s; ranked by {}\n\n",
       plan.enumerated, plan.devices, plan.fitting, profile_origin, plan.search_seconds,
       plan.objective == PlanObjective::kTokens ? "tokens/s" : "TFLOPS/device");
-  text += fmt::format("{:<6} {:<14} {:<52} {:>9} {:>11} {:>8} {:>9} {:>8} {:>8}\n", "rank", "placement", "layout",
+  // The layout column as wide as its widest entry.
+  size_t width = 52;
+  for (const PlanCandidate& c : plan.top) width = std::max(width, layout_column(c).size());
+  for (const auto* c : {&plan.best_uniform, &plan.best_colocated, &plan.best_non_colocated, &plan.llm_centric, &plan.given}) {
+    if (*c) width = std::max(width, layout_column(**c).size());
+  }
+  text += fmt::format("{:<6} {:<14} {:<{}} {:>9} {:>11} {:>8} {:>9} {:>8} {:>8}\n", "rank", "placement", "layout", width,
                       "step s", "tokens/s", "TFLOPS", "peak GiB", "vs best", "vs LLM-c");
-  for (size_t i = 0; i < plan.top.size(); ++i) text += row(std::to_string(i + 1), plan.top[i]);
+  for (size_t i = 0; i < plan.top.size(); ++i) text += row(std::to_string(i + 1), plan.top[i], width);
   text += "\nbest of each placement (vs best: over the best uniform layout; vs LLM-c: over the LLM-centric one,\n"
           "the uniform layout best for the LLM alone, which the encoder inherits):\n";
   const std::pair<const char*, const std::optional<PlanCandidate>*> bests[] = {
@@ -112,10 +127,10 @@ std::string plan_table(const Plan& plan, const std::string& profile_origin) {
       {"colocated", &plan.best_colocated},
       {"non-colocated", &plan.best_non_colocated}};
   for (const auto& [name, best] : bests) {
-    text += *best ? row("best", **best) : fmt::format("{:<6} {:<14} no valid layout fits\n", "best", name);
+    text += *best ? row("best", **best, width) : fmt::format("{:<6} {:<14} no valid layout fits\n", "best", name);
   }
-  if (plan.llm_centric) text += row("LLM-c", *plan.llm_centric);
-  if (plan.given) text += "\nthe run file's own layout:\n" + row("given", *plan.given);
+  if (plan.llm_centric) text += row("LLM-c", *plan.llm_centric, width);
+  if (plan.given) text += "\nthe run file's own layout:\n" + row("given", *plan.given, width);
   text += "\nwhere each step goes (the critical rank: the one that waits least):\n";
   for (size_t i = 0; i < plan.top.size(); ++i) {
     const PlanCandidate& c = plan.top[i];
@@ -155,20 +170,27 @@ nlohmann::json plan_json(const Plan& plan, const RunConfig& base, const std::str
   return j;
 }
 
-// ", run = { recompute = \"full\" }" where a candidate's setting is not base.toml's (or `always`), else "".
-std::string recompute_set(bool recompute, const RunConfig& base, bool always = false) {
-  if (!always && recompute == recomputes_layers(base)) return "";
-  return fmt::format(", run = {{ recompute = \"{}\" }}", recompute ? "full" : "none");
+bool same_recompute(const PlanCandidate& c, const RunConfig& base) {
+  return c.recompute == recomputes_layers(base) && c.recompute_layers == base.run.recompute_layers;
+}
+
+// ", run = { recompute = \"full\", recompute_layers = N }" where a
+// candidate's setting is not base.toml's (or `always`), else "".
+std::string recompute_set(const PlanCandidate& c, const RunConfig& base, bool always = false) {
+  if (!always && same_recompute(c, base)) return "";
+  return fmt::format(", run = {{ recompute = \"{}\", recompute_layers = {} }}", c.recompute ? "full" : "none",
+                     c.recompute_layers);
 }
 
 std::string plan_sweep_toml(const Plan& plan, const RunConfig& base, const std::string& base_file) {
   const Layout baseline_llm = plan.best_uniform ? plan.best_uniform->layout.llm : base.layout.llm;
   // A point's set applies to its baseline run too: where any point sets recompute, the baseline states its own.
-  const bool any_set = std::any_of(plan.top.begin(), plan.top.end(), [&](const PlanCandidate& c) {
-    return c.recompute != recomputes_layers(base);
-  });
-  const bool baseline_recomputes = plan.best_uniform ? plan.best_uniform->recompute : recomputes_layers(base);
-  const std::string baseline_run = recompute_set(baseline_recomputes, base, any_set);
+  const bool any_set = std::any_of(plan.top.begin(), plan.top.end(),
+                                   [&](const PlanCandidate& c) { return !same_recompute(c, base); });
+  PlanCandidate as_base;  // the run file's own setting, where no uniform layout fits
+  as_base.recompute = recomputes_layers(base);
+  as_base.recompute_layers = base.run.recompute_layers;
+  const std::string baseline_run = recompute_set(plan.best_uniform ? *plan.best_uniform : as_base, base, any_set);
   std::string text = fmt::format(
       "# Written by hetpar plan: the {} best predicted layouts of {} on {} devices, and the best uniform\n"
       "# one as the baseline. Measure them with: hetpar sweep <this file>\n"
@@ -187,7 +209,7 @@ std::string plan_sweep_toml(const Plan& plan, const RunConfig& base, const std::
                         placement_name(l.placement));
     text += fmt::format("set = {{ layout = {{ placement = \"{}\", encoder = {}, llm = {}, run_ahead = {} }}{} }}\n",
                         placement_name(l.placement), layout_toml(uniform ? Layout{} : l.encoder), layout_toml(l.llm),
-                        l.run_ahead, recompute_set(c.recompute, base));
+                        l.run_ahead, recompute_set(c, base));
   }
   return text;
 }

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "metrics/model_flops.hpp"
+#include "parallel/pipeline_schedule.hpp"
 #include "plan/op_times.hpp"
 
 namespace hetpar {
@@ -151,6 +152,36 @@ std::vector<LayoutConfig> enumerate_layouts(const RunConfig& base, int devices, 
   return collect.kept;
 }
 
+namespace {
+
+// The most transformer layers any pipeline stage of either module holds.
+int64_t most_layers_in_a_stage(const RunConfig& c) {
+  int64_t most = 0;
+  for (int s = 0; s < c.placement.llm.pp; ++s) most = std::max(most, stage_layers(c.llm.layers, c.placement.llm.pp, s).count);
+  for (int s = 0; s < c.placement.encoder.pp; ++s) {
+    most = std::max(most, stage_layers(c.encoder.layers, c.placement.encoder.pp, s).count);
+  }
+  return most;
+}
+
+}  // namespace
+
+int64_t fewest_recomputed_layers_that_fit(const RunConfig& c, const std::function<bool(int64_t)>& fits_with) {
+  // Each layer recomputed frees memory and adds work: the fewest that fit are the fastest that fit.
+  const int64_t all = most_layers_in_a_stage(c);
+  if (all <= 1 || !fits_with(0)) return 0;
+  int64_t fewest = 1, most = all;  // `most` fits (as many as a stage holds: all)
+  while (fewest < most) {
+    const int64_t middle = fewest + (most - fewest) / 2;
+    if (fits_with(middle)) {
+      most = middle;
+    } else {
+      fewest = middle + 1;
+    }
+  }
+  return fewest == all ? 0 : fewest;
+}
+
 Plan plan_layouts(const RunConfig& base, const Profile& profile, const PlanOptions& options) {
   const auto started = std::chrono::steady_clock::now();
   if (options.top < 1) throw std::invalid_argument("--top must be at least 1, got " + std::to_string(options.top));
@@ -181,12 +212,19 @@ Plan plan_layouts(const RunConfig& base, const Profile& profile, const PlanOptio
       candidate.memory_needed = profile.memory_shared_by_all_ranks() ? all_ranks_bytes(ranks) : candidate.fullest.total();
     };
     c.run.recompute = base.run.recompute;
+    c.run.recompute_layers = base.run.recompute_layers;
     measure();
     if (options.recompute_where_needed && !fits(candidate) && !recomputes_layers(c)) {
       c.run.recompute = "full";
+      c.run.recompute_layers = fewest_recomputed_layers_that_fit(c, [&](int64_t layers) {
+        c.run.recompute_layers = layers;
+        measure();
+        return fits(candidate);
+      });
       measure();
     }
     candidate.recompute = recomputes_layers(c);
+    candidate.recompute_layers = c.run.recompute_layers;
   };
   const auto predict = [&](PlanCandidate& candidate, const OpEstimate& ops) {
     candidate.step = predict_step(c, ops, profile);

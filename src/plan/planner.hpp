@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -33,8 +34,9 @@ struct PlanOptions {
   // shows they can make neither the top nor their placement's best (tests).
   bool exhaustive = false;
   // A layout that does not fit the memory as the run file says is tried with
-  // run.recompute = "full". Recompute only adds work, so a layout that fits
-  // without it is never faster with it: this is each layout's best setting.
+  // run.recompute = "full", and the fewest recomputed layers a stage
+  // (run.recompute_layers) that fit. Each recomputed layer only adds work,
+  // so this is each layout's best setting.
   bool recompute_where_needed = false;
 };
 
@@ -46,6 +48,7 @@ std::vector<LayoutConfig> enumerate_layouts(const RunConfig& base, int devices, 
 struct PlanCandidate {
   LayoutConfig layout;
   bool recompute = false;      // run.recompute = "full" in this candidate
+  int64_t recompute_layers = 0;  // and its run.recompute_layers (0: every layer)
   StepPrediction step;
   double tokens_per_second = 0, tflops_per_device = 0;
   RankMemory fullest;          // the rank with the most memory
@@ -71,6 +74,11 @@ struct Plan {
 // Throws std::invalid_argument when no layout fits the profile's memory
 // (saying the least any needs), or options are out of range.
 Plan plan_layouts(const RunConfig& base, const Profile& profile, const PlanOptions& options);
+
+// The fewest of each stage's first layers that recompute and fit, as
+// run.recompute_layers (0: all of them, also where even all do not fit), for
+// `c` (placement resolved); `fits_with(layers)` measures one setting.
+int64_t fewest_recomputed_layers_that_fit(const RunConfig& c, const std::function<bool(int64_t)>& fits_with);
 
 // `base` with `layout` in place, placement resolved.
 RunConfig with_layout(const RunConfig& base, const LayoutConfig& layout);
