@@ -65,13 +65,35 @@ double encoder_bytes_per_patch(const EncoderConfig& e, int tp, double eb) {
 // parameter at one micro-batch a step and 18.3 at two and four.
 double step_copy_bytes(const MemoryAssumptions& a) { return a.element_bytes < kFp32 ? a.element_bytes : 0; }
 
-// What a stage's recompute holds beyond its saved activations, at its
-// height: one layer's work again and three residual-width tensors (`residual`
-// bytes each: the recomputed output, the gradient coming in and the one going
-// out). The recomputed layers are the stage's first, whose backward runs
-// last: by then the layers above them have freed the work they kept.
-double recompute_transient(double layer_bytes, double residual, int64_t layers, int64_t recomputed) {
-  return std::max(0.0, layer_bytes * double(1 - (layers - recomputed)) + 3 * residual);
+// The data-parallel gradient buckets' copies alive while a stage's first
+// layer runs again in the step's last backward (train/grad_reducer.hpp):
+// with overlap on, the buckets of the gradients made above it (`above`
+// bytes on this rank) have started, and at most two buckets' copies are
+// kept in flight. Without recompute each layer's kept work is freed before
+// its gradients' bucket starts, more than the copies.
+double bucket_copies_bytes(const RunConfig& c, int sum_group, double above) {
+  if (sum_group <= 1 || !c.runtime.overlap_grad_reduce) return 0;
+  return std::min(2 * c.runtime.grad_bucket_mib * double(1 << 20), above);
+}
+
+// What a stage's recompute holds beyond its saved activations (part `p`'s),
+// at its height, its `layers` layers' first `recomputed` running again:
+// - the top recomputed layer: its work again and three residual-width
+//   tensors (`residual` bytes each: the recomputed output, the gradient
+//   coming in and the one going out), less the work of the kept layers above
+//   it, whose backward ran first and freed it;
+// - the first layer, in the step's last backward: the same, with the bucket
+//   copies (`copies`) alive, and less the inputs the recomputed layers above
+//   it kept and the other micro-batches' activations, all freed by then.
+// Measured with a 2-rank DP LLM (tests/test_memory_measured.cpp,
+// activations_dp2_recompute): 19 MiB over the run without DP, where 31 MiB
+// of copies are alive and 12 MiB of inputs freed.
+double recompute_transient(const Part& p, double layer_bytes, double residual, int64_t layers, int64_t recomputed,
+                           double copies) {
+  const double top = layer_bytes * double(1 - (layers - recomputed)) + 3 * residual;
+  const double others = double(p.in_flight - 1) * p.activations / double(p.in_flight);
+  const double first = top - double(recomputed - 1) * residual + copies - others;
+  return std::max({0.0, top, first});
 }
 
 // The LLM's stage `s` on one rank: its layers' state, its activations for
@@ -118,7 +140,11 @@ Part llm_part(const RunConfig& c, int s, int64_t in_flight, const MemoryAssumpti
   const double logits_copies = lay.tp > 1 ? 4 + (a.element_bytes < kFp32 ? 0.5 : 0) : 3;
   if (last) p.transient = logits_copies * kFp32 * tokens * vocab / lay.tp;
   // The loss's copies are gone before the first recomputed layer's backward.
-  if (recomputed > 0) p.transient = std::max(p.transient, recompute_transient(layer_bytes, tokens * h * kFp32, layers.count, recomputed));
+  if (recomputed > 0) {
+    const double above = (params - blocks / double(l.layers) - (s == 0 ? vocab * h : 0)) / lay.tp * kFp32;
+    const double copies = bucket_copies_bytes(c, lay.dp * lay.cp, above);
+    p.transient = std::max(p.transient, recompute_transient(p, layer_bytes, tokens * h * kFp32, layers.count, recomputed, copies));
+  }
   return p;
 }
 
@@ -153,7 +179,13 @@ Part encoder_part(const RunConfig& c, int s, int64_t in_flight, double images, c
   if (e.frozen) bytes = last ? projector_bytes : 0;
   p.in_flight = in_flight;
   p.activations = double(in_flight) * images * bytes;
-  if (recomputed > 0) p.transient = images * recompute_transient(layer_bytes, patches * h * kFp32, layers.count, recomputed);
+  if (recomputed > 0) {
+    // This rank's share of the stage and projector, less its first layer and the embeddings.
+    const double trained = params + (last ? double(projector_parameters(e, c.llm)) / lay.tp : 0);
+    const double above = (trained - (blocks / double(e.layers) + (first ? embedding : 0)) / lay.tp) * kFp32;
+    const double copies = bucket_copies_bytes(c, lay.dp * lay.cp, above);
+    p.transient = recompute_transient(p, images * layer_bytes, images * patches * h * kFp32, layers.count, recomputed, copies);
+  }
   return p;
 }
 
