@@ -70,33 +70,45 @@ void print_comparison(const std::string& name, double measured, const RankMemory
               predicted.reserved / (1 << 20), 100 * error);
 }
 
+using MemoryCases = std::vector<std::pair<const char*, std::vector<std::string>>>;
+
+// The activation-heavy shape: a small vocabulary, twice the tokens a
+// micro-batch and every sample at three images, so that the saved
+// activations are most of the peak.
+const std::vector<std::string> kActivationHeavy = {"llm.vocab_size=512", "data.micro_batch_size=8",
+                                                   "data.images_min=3", "encoder.hidden=256",
+                                                   "encoder.mlp_hidden=1024"};
+
+// The activation-heavy shape with `sets`.
+std::vector<std::string> activation_heavy(const std::vector<std::string>& sets) {
+  std::vector<std::string> all = kActivationHeavy;
+  all.insert(all.end(), sets.begin(), sets.end());
+  return all;
+}
+
+// Without recompute, then with it (two tests each: every case's runs in one
+// would outlast the test's time limit on a busy machine).
+const MemoryCases kKeepingActivations = {
+    {"one_rank", {}},
+    {"llm_pp2", {"layout.llm.pp=2"}},
+    {"non_colocated", {"layout.placement=\"non-colocated\"", "layout.encoder.dp=1"}},
+    {"tp2", {"layout.llm.tp=2"}},
+    {"cp2", {"layout.llm.cp=2"}},
+    {"dp2", {"layout.llm.dp=2", "data.global_batch_size=16"}},
+    {"dp2_sharded", {"layout.llm.dp=2", "data.global_batch_size=16", "optim.shard_state=true"}},
+    {"activations", activation_heavy({"data.global_batch_size=16"})}};
+const MemoryCases kRecomputing = {
+    {"recompute", {"run.recompute=\"full\""}},
+    {"activations_recompute", activation_heavy({"data.global_batch_size=16", "run.recompute=\"full\""})},
+    {"activations_recompute_first",
+     activation_heavy({"data.global_batch_size=16", "run.recompute=\"full\"", "run.recompute_layers=1"})},
+    {"llm_pp2_recompute", {"layout.llm.pp=2", "run.recompute=\"full\""}},
+    {"activations_dp2_recompute",
+     activation_heavy({"data.global_batch_size=32", "layout.llm.dp=2", "run.recompute=\"full\""})}};
+
 // The model's fullest rank against the largest measured tensor peak, for
 // every case in `precision`.
-void expect_tensor_peaks_predicted(const std::string& precision) {
-  // The last case is activation-heavy: a small vocabulary, twice the tokens
-  // a micro-batch and every sample at three images, so that the saved
-  // activations are most of the peak.
-  const std::pair<const char*, std::vector<std::string>> cases[] = {
-      {"one_rank", {}},
-      {"llm_pp2", {"layout.llm.pp=2"}},
-      {"non_colocated", {"layout.placement=\"non-colocated\"", "layout.encoder.dp=1"}},
-      {"tp2", {"layout.llm.tp=2"}},
-      {"cp2", {"layout.llm.cp=2"}},
-      {"dp2", {"layout.llm.dp=2", "data.global_batch_size=16"}},
-      {"dp2_sharded", {"layout.llm.dp=2", "data.global_batch_size=16", "optim.shard_state=true"}},
-      {"activations", {"llm.vocab_size=512", "data.micro_batch_size=8", "data.global_batch_size=16",
-                       "data.images_min=3", "encoder.hidden=256", "encoder.mlp_hidden=1024"}},
-      {"recompute", {"run.recompute=\"full\""}},
-      {"activations_recompute", {"llm.vocab_size=512", "data.micro_batch_size=8", "data.global_batch_size=16",
-                                 "data.images_min=3", "encoder.hidden=256", "encoder.mlp_hidden=1024",
-                                 "run.recompute=\"full\""}},
-      {"activations_recompute_first", {"llm.vocab_size=512", "data.micro_batch_size=8", "data.global_batch_size=16",
-                                       "data.images_min=3", "encoder.hidden=256", "encoder.mlp_hidden=1024",
-                                       "run.recompute=\"full\"", "run.recompute_layers=1"}},
-      {"llm_pp2_recompute", {"layout.llm.pp=2", "run.recompute=\"full\""}},
-      {"activations_dp2_recompute", {"llm.vocab_size=512", "data.micro_batch_size=8", "data.global_batch_size=32",
-                                     "data.images_min=3", "encoder.hidden=256", "encoder.mlp_hidden=1024",
-                                     "layout.llm.dp=2", "run.recompute=\"full\""}}};
+void expect_tensor_peaks_predicted(const MemoryCases& cases, const std::string& precision) {
   const MemoryAssumptions cpu{precision == "bf16" ? 2.0 : 4.0, 0, grouped_query_attention_keeps_probabilities(at::kCPU)};
   for (const auto& [name, extra] : cases) {
     std::vector<std::string> sets = kLarger;
@@ -111,8 +123,10 @@ void expect_tensor_peaks_predicted(const std::string& precision) {
   }
 }
 
-TEST(MemoryModel, PredictsTheTensorPeakOfRealRunsInFp32) { expect_tensor_peaks_predicted("fp32"); }
-TEST(MemoryModel, PredictsTheTensorPeakOfRealRunsInBf16) { expect_tensor_peaks_predicted("bf16"); }
+TEST(MemoryModel, PredictsTheTensorPeakOfRealRunsInFp32) { expect_tensor_peaks_predicted(kKeepingActivations, "fp32"); }
+TEST(MemoryModel, PredictsTheTensorPeakOfRealRunsInBf16) { expect_tensor_peaks_predicted(kKeepingActivations, "bf16"); }
+TEST(MemoryModel, PredictsTheTensorPeakOfRecomputingRunsInFp32) { expect_tensor_peaks_predicted(kRecomputing, "fp32"); }
+TEST(MemoryModel, PredictsTheTensorPeakOfRecomputingRunsInBf16) { expect_tensor_peaks_predicted(kRecomputing, "bf16"); }
 
 TEST(MemoryModel, PredictsThePeakResidentMemoryOfRealRuns) {
   MemoryAssumptions cpu{4, 0, grouped_query_attention_keeps_probabilities(at::kCPU)};  // fp32

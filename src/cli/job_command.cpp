@@ -51,8 +51,7 @@ RunConfig load_job_config(const JobArgs& args, bool say_notes) {
 }  // namespace
 
 int run_job(const std::string& subcommand, const JobArgs& args, const std::vector<std::string>& rank_args,
-            const std::function<int(const RunConfig&, const LaunchEnv&)>& rank_main, bool whole_model_on_every_rank,
-            const Preflight& preflight) {
+            const std::function<int(const RunConfig&, const LaunchEnv&)>& rank_main, const Preflight& preflight) {
   std::optional<LaunchEnv> env;
   RunConfig config;
   try {
@@ -68,14 +67,6 @@ int run_job(const std::string& subcommand, const JobArgs& args, const std::vecto
     // The local launcher starts every rank on this node: one GPU each.
     if (!env && config.runtime.device == "cuda") cuda_device_index(0, config.placement.world_size, gpus);
     check_trainer_supports(config);
-    if (whole_model_on_every_rank && config.placement.placement == Placement::NonColocated) {
-      throw ConfigError(config.source_file, "layout.placement",
-                        subcommand + " runs both modules on every rank (uniform or colocated), got non-colocated");
-    }
-    if (whole_model_on_every_rank && config.placement.llm.pp > 1) {
-      throw ConfigError(config.source_file, "layout.llm.pp",
-                        subcommand + " runs the whole LLM on every rank, got " + config.placement.llm.to_string());
-    }
     if (env && args.nproc && args.nproc != env->world_size) {
       throw ConfigError("--nproc", "--nproc",
                         "the launcher started " + std::to_string(env->world_size) + " ranks; drop --nproc");

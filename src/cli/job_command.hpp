@@ -34,12 +34,8 @@ void add_job_options(CLI::App& cmd, JobArgs& args, bool config_required = true);
 // the ranks, each re-running `subcommand` with `rank_args` appended; inside a
 // rank of an outside launcher (torchrun, srun) rank 0 runs `preflight` and
 // every rank `rank_main`. Returns the exit code.
-// `whole_model_on_every_rank`: the subcommand runs both whole modules on every
-// rank (eval's forward), which refuses the non-colocated placement and LLM
-// pipeline parallelism.
 using Preflight = std::function<void(const RunConfig&)>;
 int run_job(const std::string& subcommand, const JobArgs& args, const std::vector<std::string>& rank_args,
-            const std::function<int(const RunConfig&, const LaunchEnv&)>& rank_main, bool whole_model_on_every_rank,
-            const Preflight& preflight);
+            const std::function<int(const RunConfig&, const LaunchEnv&)>& rank_main, const Preflight& preflight);
 
 }  // namespace hetpar

@@ -82,7 +82,7 @@ int run_train(const TrainArgs& args) {
   job.hf_model_dir = args.outputs.init_hf;
   return run_job("train", job, rank_args, [&](const RunConfig& config, const LaunchEnv& env) {
     return run_train_job(config, env, outputs_of(config));
-  }, /*whole_model_on_every_rank=*/false, prepare_outputs);
+  }, prepare_outputs);
 }
 
 }  // namespace hetpar

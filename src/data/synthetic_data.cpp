@@ -6,7 +6,6 @@
 #include <random>
 
 #include "model/param_init.hpp"
-#include "util/host_to_device.hpp"
 
 namespace hetpar {
 namespace {
@@ -26,7 +25,7 @@ uint64_t sample_seed(uint64_t seed, int64_t step, int64_t sample, uint64_t salt)
 
 SyntheticData::SyntheticData(const EncoderConfig& encoder, const LlmConfig& llm, const DataConfig& data, uint64_t seed,
                              const at::Device& device)
-    : encoder_(encoder), llm_(llm), data_(data), seed_(seed), device_(device) {
+    : BatchSource(encoder, llm, data.global_batch_size, device), data_(data), seed_(seed) {
   for (int c = 0; c < kImageClasses; ++c) {
     class_patterns_.push_back(init_normal(seed, "data.class_pattern." + std::to_string(c),
                                           {encoder.channels, encoder.image_size, encoder.image_size}, 1.0));
@@ -70,50 +69,6 @@ at::Tensor SyntheticData::image(int64_t step, int64_t sample, int index, int ima
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(sample_seed(seed_, step, sample, 100 + index));
   const at::Tensor& pattern = class_patterns_[image_class];
   return pattern + kPixelNoise * at::randn(pattern.sizes(), gen, at::TensorOptions().dtype(at::kFloat));
-}
-
-MicroBatch SyntheticData::micro_batch(int64_t step, int64_t first, int64_t count, bool with_pixels) const {
-  std::vector<int64_t> ids, targets;
-  std::vector<at::Tensor> images;
-  int64_t image_count = 0;
-  for (int64_t s = first; s < first + count; ++s) {
-    const SampleText t = text(step, s);
-    ids.insert(ids.end(), t.ids.begin(), t.ids.end());
-    targets.insert(targets.end(), t.targets.begin(), t.targets.end());
-    image_count += static_cast<int64_t>(t.image_classes.size());
-    for (size_t j = 0; with_pixels && j < t.image_classes.size(); ++j) {
-      images.push_back(image(step, s, static_cast<int>(j), t.image_classes[j]));
-    }
-  }
-  MicroBatch b;
-  const at::Tensor host_ids = at::tensor(ids, at::kLong).view({count, llm_.seq_len});
-  b.ids = on_device(host_ids);
-  b.targets = on_device(at::tensor(targets, at::kLong).view({count, llm_.seq_len}));
-  b.image_mask = b.ids == llm_.image_token_id;
-  b.image_mask_host = host_ids == llm_.image_token_id;
-  b.images = image_count;
-  b.pixels = on_device(images.empty()
-                           ? at::zeros({0, encoder_.channels, encoder_.image_size, encoder_.image_size}, at::kFloat)
-                           : at::stack(images));
-  return b;
-}
-
-at::Tensor SyntheticData::on_device(const at::Tensor& host) const {
-  return host_to_device(host, device_);
-}
-
-int64_t SyntheticData::images_in_step(int64_t step) const {
-  int64_t n = 0;
-  for (int64_t s = 0; s < data_.global_batch_size; ++s) n += static_cast<int64_t>(text(step, s).image_classes.size());
-  return n;
-}
-
-int64_t SyntheticData::target_tokens(int64_t step) const {
-  int64_t n = 0;
-  for (int64_t s = 0; s < data_.global_batch_size; ++s) {
-    for (int64_t t : text(step, s).targets) n += t >= 0;
-  }
-  return n;
 }
 
 }  // namespace hetpar

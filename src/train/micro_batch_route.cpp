@@ -8,7 +8,7 @@ int64_t first_sample(const RunConfig& c, int64_t dp_rank, int64_t micro) {
   return dp_rank * (c.data.global_batch_size / c.placement.llm.dp) + micro * c.data.micro_batch_size;
 }
 
-MicroBatchRoute route_micro_batch(const SyntheticData& data, const RunConfig& c, int64_t step, int64_t micro) {
+MicroBatchRoute route_micro_batch(const BatchSource& data, const RunConfig& c, int64_t step, int64_t micro) {
   const int64_t tpi = c.encoder.tokens_per_image();
   const int64_t mbs = c.data.micro_batch_size;
   MicroBatchRoute route;
@@ -28,7 +28,7 @@ MicroBatchRoute route_micro_batch(const SyntheticData& data, const RunConfig& c,
   return route;
 }
 
-at::Tensor assigned_images(const SyntheticData& data, const RunConfig& c, const MicroBatchRoute& route,
+at::Tensor assigned_images(const BatchSource& data, const RunConfig& c, const MicroBatchRoute& route,
                            int encoder_dp, int64_t step) {
   const BoundaryPlan& plan = route.plan;
   std::vector<at::Tensor> pixels;

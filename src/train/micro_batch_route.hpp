@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "boundary/routing_plan.hpp"
-#include "data/synthetic_data.hpp"
+#include "data/batch_source.hpp"
 
 namespace hetpar {
 
@@ -23,11 +23,11 @@ struct MicroBatchRoute {
 };
 
 // Every rank computes the same route from the (cheap) text of every sample.
-MicroBatchRoute route_micro_batch(const SyntheticData& data, const RunConfig& config, int64_t step, int64_t micro);
+MicroBatchRoute route_micro_batch(const BatchSource& data, const RunConfig& config, int64_t step, int64_t micro);
 
 // Pixels [K, C, H, W] of the images the plan gives encoder DP group
 // `encoder_dp`, in plan order (K may be 0).
-at::Tensor assigned_images(const SyntheticData& data, const RunConfig& config, const MicroBatchRoute& route,
+at::Tensor assigned_images(const BatchSource& data, const RunConfig& config, const MicroBatchRoute& route,
                            int encoder_dp, int64_t step);
 
 }  // namespace hetpar

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "config/run_config.hpp"
-#include "data/synthetic_data.hpp"
+#include "data/batch_source.hpp"
 #include "model/llama.hpp"
 #include "model/vision_encoder.hpp"
 

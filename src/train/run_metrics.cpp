@@ -25,7 +25,7 @@ double encoder_share(const RunConfig& c) {
 
 }  // namespace
 
-RunMetrics::RunMetrics(const RunConfig& config, Runtime& runtime, const SyntheticData& data, const at::Device& device)
+RunMetrics::RunMetrics(const RunConfig& config, Runtime& runtime, const BatchSource& data, const at::Device& device)
     : config_(config), data_(data), world_size_(runtime.world_size()), backend_(runtime.backend()),
       device_meta_(device_metadata(device)) {
   // MFU is against the peak of the precision the matmuls run in.

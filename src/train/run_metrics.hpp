@@ -8,7 +8,7 @@
 
 #include <string>
 
-#include "data/synthetic_data.hpp"
+#include "data/batch_source.hpp"
 #include "dist/runtime.hpp"
 #include "metrics/compute_peak.hpp"
 #include "train/step_report.hpp"
@@ -20,7 +20,7 @@ class RunMetrics {
   // On the CPU a collective: every rank measures its compute peak at the same
   // time. On a GPU the peak is the device's dense figure for the precision in
   // use (metrics/device_peaks.hpp), measured only for a GPU the table lacks.
-  RunMetrics(const RunConfig& config, Runtime& runtime, const SyntheticData& data, const at::Device& device);
+  RunMetrics(const RunConfig& config, Runtime& runtime, const BatchSource& data, const at::Device& device);
 
   struct StepInputs {
     int64_t step = 0;
@@ -36,7 +36,7 @@ class RunMetrics {
 
  private:
   const RunConfig& config_;
-  const SyntheticData& data_;
+  const BatchSource& data_;
   int world_size_;
   std::string backend_;
   nlohmann::json device_meta_;  // dist/device.hpp device_metadata

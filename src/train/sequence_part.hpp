@@ -5,7 +5,7 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "data/synthetic_data.hpp"
+#include "data/batch_source.hpp"
 #include "dist/group.hpp"
 
 namespace hetpar {

@@ -16,7 +16,7 @@
 #pragma once
 
 #include "boundary/boundary_exchange.hpp"
-#include "data/synthetic_data.hpp"
+#include "data/batch_source.hpp"
 #include "dist/module_groups.hpp"
 #include "metrics/phase_timer.hpp"
 #include "train/grad_reducer.hpp"
@@ -33,7 +33,7 @@ struct StepReductions {
 
 struct StepContext {
   MultimodalModel& model;
-  const SyntheticData& data;
+  const BatchSource& data;
   const RunConfig& config;
   JobGroups& groups;
   Group& world;

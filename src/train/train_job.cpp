@@ -120,13 +120,10 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
   JobGroups groups(runtime, config.placement);
   ModuleGroups& llm = groups.llm();
   ModuleGroups& encoder = groups.encoder();
-  Group* encoder_tp = encoder.active() ? &encoder.get(GroupKind::kTp) : nullptr;
-  Group* llm_tp = llm.active() ? &llm.get(GroupKind::kTp) : nullptr;
   const bool leader = runtime.rank() == 0;
 
-  MultimodalModel model(config, encoder_tp, llm_tp, llm.active() ? &llm.get(GroupKind::kCp) : nullptr,
-                        llm.active() ? llm.coord().pp : 0, encoder.active() ? encoder.coord().pp : 0);
-  model.to(device);
+  const std::unique_ptr<MultimodalModel> rank_part = rank_model(config, groups, device);
+  MultimodalModel& model = *rank_part;
   if (!outputs.init_hf.empty()) {
     const std::string note = load_hf(model, groups, runtime.world(), outputs.init_hf);
     if (leader && !note.empty()) log_info("{}: {}", outputs.init_hf, note);

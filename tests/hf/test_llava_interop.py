@@ -1,8 +1,9 @@
 """hetpar <-> transformers: a model hetpar trained and exported loads in
 transformers' LlavaForConditionalGeneration and gives the same loss on the
 same batch as `hetpar eval` (1e-4 relative), as one file or as one shard per
-pipeline stage; eval does not depend on the layout; broken inputs fail with a
-clear error."""
+pipeline stage; eval gives the same loss under every kind of layout (TP, DP,
+CP, PP, colocated, non-colocated; 1e-5 relative); broken inputs, and a batch a
+layout cannot split, fail with a clear error."""
 import os
 import re
 import subprocess
@@ -73,10 +74,24 @@ def test_transformers_gives_the_same_loss(model_dir, batch):
     assert abs(theirs - ours) <= REL_TOL * abs(theirs)
 
 
-def test_eval_does_not_depend_on_the_layout(model_dir, batch):
-    one_rank = eval_loss(model_dir, batch)
-    tp2_dp2 = eval_loss(model_dir, batch, "--set", "layout.llm.tp=2", "--set", "layout.llm.dp=2")
-    assert abs(one_rank - tp2_dp2) <= 1e-5 * abs(one_rank)
+@pytest.fixture(scope="module")
+def one_rank_loss(model_dir, batch):
+    return eval_loss(model_dir, batch)
+
+
+@pytest.mark.parametrize("sets", [
+    ["layout.llm.tp=2", "layout.llm.dp=2"],
+    ["layout.llm.cp=2"],
+    ["layout.llm.pp=2"],
+    ["layout.placement=colocated", "layout.encoder.dp=2", "layout.llm.pp=2"],
+    ["layout.placement=non-colocated", "layout.encoder.dp=1"],
+    ["layout.placement=non-colocated", "layout.encoder.pp=2", "layout.encoder.dp=1", "layout.llm.pp=2"],
+], ids=["tp2_dp2", "cp2", "pp2", "colocated_pp2", "non_colocated", "non_colocated_both_pp2"])
+def test_eval_does_not_depend_on_the_layout(model_dir, batch, one_rank_loss, sets):
+    """Eval runs the batch as one step of the layout's own schedule: any layout scores it alike."""
+    loss = eval_loss(model_dir, batch, *[arg for s in sets for arg in ("--set", s)])
+    print(f"{' '.join(sets)}: {loss:.9g} (one rank {one_rank_loss:.9g})")
+    assert abs(loss - one_rank_loss) <= 1e-5 * abs(one_rank_loss), (loss, one_rank_loss)
 
 
 def test_training_can_start_from_an_exported_model(model_dir, tmp_path):
@@ -104,15 +119,14 @@ def test_transformers_reads_a_model_exported_under_pipeline_parallelism(model_di
     assert abs(eval_loss(tmp_path / "sharded", batch) - one_file) <= REL_TOL * abs(one_file)
 
 
-@pytest.mark.parametrize("sets, message", [
-    (["layout.placement=non-colocated", "layout.encoder.dp=1"], "eval runs both modules on every rank"),
-    (["layout.llm.pp=2"], "eval runs the whole LLM on every rank"),
-])
-def test_eval_refuses_a_layout_without_the_whole_model_on_every_rank(model_dir, batch, sets, message):
-    done = hetpar("eval", RUN, "--init-hf", str(model_dir), "--batch", str(batch),
-                  *[arg for s in sets for arg in ("--set", s)])
-    assert done.returncode == 2, done.stdout + done.stderr
-    assert message in done.stderr, done.stderr
+def test_a_batch_the_layout_cannot_split_exits_two(model_dir, batch):
+    """Two samples cannot fill four LLM replicas, nor two pipeline stages in each of two replicas."""
+    for sets, message in ((["layout.llm.dp=4"], "data.global_batch_size: must be a multiple of data.micro_batch_size"),
+                          (["layout.llm.pp=2", "layout.llm.dp=2"], "fewer than the 2 pipeline stages")):
+        done = hetpar("eval", RUN, "--init-hf", str(model_dir), "--batch", str(batch),
+                      *[arg for s in sets for arg in ("--set", s)])
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert message in done.stderr, done.stderr
 
 
 def test_a_missing_tensor_is_named(model_dir, batch, tmp_path):
@@ -162,6 +176,9 @@ def set_at(position, value):
     ({"labels": set_at((0, 40), 9999)}, "labels holds 9999 at position 40, outside the vocabulary [0, 512) (and not -100"),
     ({"labels": lambda t: torch.full_like(t, -100)}, "no target token"),
     ({"pixel_values": lambda t: t[:, :, :16, :16].contiguous()}, "pixel_values has shape [3, 3, 16, 16], expected [images, 3, 32, 32]"),
+    ({"input_ids": set_at((0, 8), 7)}, "sample 0: the image placeholders (token 2) at positions 7 and 9 break a run of 16"),
+    ({"input_ids": set_at((0, 40), 2)}, "sample 0 holds 17 image placeholders (token 2), not a whole number of images"),
+    ({"pixel_values": lambda t: t[:2].contiguous()}, "48 image placeholders (token 2) but 2 images of 16 tokens"),
 ])
 def test_a_batch_the_model_cannot_score_exits_two_before_any_rank_starts(model_dir, batch, tmp_path, changes, message):
     done = hetpar("eval", RUN, "--init-hf", str(model_dir), "--batch", str(broken_batch(batch, tmp_path, **changes)))
