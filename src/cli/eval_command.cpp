@@ -2,6 +2,9 @@
 
 #include <filesystem>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "data/file_batch.hpp"
 #include "train/eval_job.hpp"
 #include "util/log.hpp"
@@ -37,6 +40,7 @@ int run_eval(const EvalArgs& args) {
     die(kExitConfigError, "batch: " + args.batch + ": " + error_message(e));
   }
   job.overrides.insert(job.overrides.begin(), from_batch.begin(), from_batch.end());
+  job.settings_note = "eval sets --set " + fmt::format("{}", fmt::join(from_batch, " --set ")) + " from the batch file";
   // The batch is read and checked against the model before any rank starts.
   const Preflight check_batch = [&](const RunConfig& config) {
     try {

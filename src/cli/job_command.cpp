@@ -87,7 +87,7 @@ int run_job(const std::string& subcommand, const JobArgs& args, const std::vecto
     // Once per job: by the local launcher before it starts the ranks, or by rank 0 of an outside one.
     if (preflight && (!env || (env->rank == 0 && env->launcher != "local"))) preflight(config);
   } catch (const ConfigError& e) {
-    die(kExitConfigError, std::string("config: ") + e.what());
+    die(kExitConfigError, std::string("config: ") + e.what() + (args.settings_note.empty() ? "" : " (" + args.settings_note + ")"));
   }
   if (env) {
     set_log_rank(env->rank);

@@ -20,6 +20,7 @@ struct JobArgs {
   std::string hf_model_dir;            // --init-hf: its config.json is the model; a run file may only agree
   int nproc = 0;                       // 0: as many as the layout needs
   bool oversubscribe = false;          // start more local ranks than 4 per core
+  std::string settings_note;           // said after a config error: settings the subcommand made itself
 };
 
 // Adds CONFIG, --set and --nproc to a subcommand, and the run file's help.

@@ -127,6 +127,7 @@ def test_a_batch_the_layout_cannot_split_exits_two(model_dir, batch):
                       *[arg for s in sets for arg in ("--set", s)])
         assert done.returncode == 2, done.stdout + done.stderr
         assert message in done.stderr, done.stderr
+        assert "eval sets --set data.global_batch_size=2 --set data.micro_batch_size=1 from the batch file" in done.stderr
 
 
 def test_a_missing_tensor_is_named(model_dir, batch, tmp_path):
