@@ -33,16 +33,20 @@ void check_range(const at::Tensor& t, const std::string& path, const char* name,
 }  // namespace
 
 std::pair<int64_t, int64_t> batch_file_shape(const std::string& path) {
-  const at::Tensor ids = tensor_of(read_safetensors(path), path, "input_ids");
-  if (ids.dim() != 2) throw std::runtime_error(path + ": input_ids must be [batch, sequence]");
-  return {ids.size(0), ids.size(1)};
+  // The header says it: the images need not be read.
+  const SafetensorsHeader header = read_safetensors_header(path);
+  const auto it = header.entries.find("input_ids");
+  if (it == header.entries.end()) throw std::runtime_error(path + ": no tensor input_ids");
+  const std::vector<int64_t>& shape = it->second.shape;
+  if (shape.size() != 2) throw std::runtime_error(path + ": input_ids must be [batch, sequence]");
+  return {shape[0], shape[1]};
 }
 
 FileBatch::FileBatch(const std::string& path, const RunConfig& c, const at::Device& device)
     : BatchSource(c.encoder, c.llm, 0, device) {
   const auto tensors = read_safetensors(path);
-  const at::Tensor ids = tensor_of(tensors, path, "input_ids").to(at::kLong);
-  const at::Tensor labels = tensor_of(tensors, path, "labels").to(at::kLong);
+  const at::Tensor ids = tensor_of(tensors, path, "input_ids").to(at::kLong).contiguous();
+  const at::Tensor labels = tensor_of(tensors, path, "labels").to(at::kLong).contiguous();
   pixels_ = tensor_of(tensors, path, "pixel_values").to(at::kFloat);
   if (ids.dim() != 2 || labels.sizes() != ids.sizes()) {
     throw std::runtime_error(path + ": input_ids and labels must both be [batch, sequence]");
@@ -63,9 +67,8 @@ FileBatch::FileBatch(const std::string& path, const RunConfig& c, const at::Devi
   int64_t images = 0, target_count = 0;
   for (int64_t b = 0; b < ids.size(0); ++b) {
     SampleText t;
-    const int64_t* id = ids[b].contiguous().data_ptr<int64_t>();
-    const at::Tensor row_labels = labels[b].contiguous();
-    const int64_t* label = row_labels.data_ptr<int64_t>();
+    const int64_t* id = ids.data_ptr<int64_t>() + b * length;
+    const int64_t* label = labels.data_ptr<int64_t>() + b * length;
     t.ids.assign(c.llm.seq_len, 0);
     t.targets.assign(c.llm.seq_len, kIgnored);
     // transformers shifts inside the loss; hetpar's targets are pre-shifted.

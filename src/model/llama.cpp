@@ -82,9 +82,11 @@ at::Tensor LlamaModel::blocks(const at::Tensor& input) {
   at::Tensor x = input;
   for (size_t i = 0; i < blocks_.size(); ++i) {
     const std::shared_ptr<LlamaBlock>& block = blocks_[i];
-    x = int64_t(i) < recompute_layers_ ? recompute_in_backward(
-                         *block, [block, cos, sin](const at::Tensor& in) { return block->forward(in, cos, sin); }, x)
-                   : block->forward(x, cos, sin);
+    if (int64_t(i) >= recompute_layers_) {
+      x = block->forward(x, cos, sin);
+      continue;
+    }
+    x = recompute_in_backward(*block, [block, cos, sin](const at::Tensor& in) { return block->forward(in, cos, sin); }, x);
   }
   return x;
 }

@@ -65,8 +65,11 @@ at::Tensor VisionEncoder::blocks(const at::Tensor& input) {
   at::Tensor x = input;
   for (size_t i = 0; i < blocks_.size(); ++i) {
     const std::shared_ptr<VitBlock>& block = blocks_[i];
-    x = int64_t(i) < recompute_layers_ ? recompute_in_backward(*block, [block](const at::Tensor& in) { return block->forward(in); }, x)
-                   : block->forward(x);
+    if (int64_t(i) >= recompute_layers_) {
+      x = block->forward(x);
+      continue;
+    }
+    x = recompute_in_backward(*block, [block](const at::Tensor& in) { return block->forward(in); }, x);
   }
   return x;
 }

@@ -119,10 +119,11 @@ Part llm_part(const RunConfig& c, int s, int64_t in_flight, const MemoryAssumpti
       tokens * llm_bytes_per_token(l, lay.tp, lay.cp, a.attention_keeps_probabilities, a.element_bytes);
   // Recomputed, a layer keeps its input (the fp32 residual stream, whole on
   // every TP rank) and makes its work again, one layer and micro-batch at a
-  // time, in the backward (recompute_transient). tiny.toml at hidden 512 and 2048 tokens a micro-batch (the
-  // activation-heavy case of tests/test_memory_measured.cpp) measured
-  // 355.2 MiB in fp32 and 336.9 in bf16 against 346.0 and 337.3 predicted.
-  // Under run.recompute_layers only the stage's first layers recompute; the rest keep their work.
+  // time, in the backward (recompute_transient). tiny.toml at hidden 512 and
+  // 2048 tokens a micro-batch (the activation-heavy case of
+  // tests/test_memory_measured.cpp) measured 355.2 MiB in fp32 and 336.9 in
+  // bf16 against 346.0 and 337.3 predicted. Under run.recompute_layers only
+  // the stage's first layers recompute; the rest keep their work.
   const int64_t recomputed = recomputed_layers(c, layers.count);
   p.activations = double(in_flight) * (double(recomputed) * tokens * h * kFp32 + double(layers.count - recomputed) * layer_bytes);
   // The final norm, whose output the head reads.
