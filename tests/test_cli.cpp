@@ -141,6 +141,19 @@ TEST(Cli, CompareExitCodes) {
   EXPECT_EQ(code, 1) << out;
   EXPECT_TRUE(contains(out, "(step 3)")) << out;
   EXPECT_EQ(run_command(kHetpar + " compare " + far + " " + ref + " --rtol 0.03").first, 0);
+  // Held-out losses, where both runs evaluated a step, are held to the same tolerance.
+  std::ofstream(dir + "/eval_ref.jsonl") << R"({"step": 1, "loss": 6.0, "eval_loss": 5.5})" "\n"
+                                         << R"({"step": 2, "loss": 5.0})" "\n";
+  std::ofstream(dir + "/eval_far.jsonl") << R"({"step": 1, "loss": 6.0, "eval_loss": 5.6})" "\n"
+                                         << R"({"step": 2, "loss": 5.0})" "\n";
+  std::tie(code, out) = run_command(kHetpar + " compare " + dir + "/eval_far.jsonl " + dir + "/eval_ref.jsonl");
+  EXPECT_EQ(code, 1) << out;
+  EXPECT_TRUE(contains(out, "1 held-out evaluations compared")) << out;
+  EXPECT_TRUE(contains(out, "EXCEEDED")) << out;
+  std::tie(code, out) = run_command(kHetpar + " compare " + dir + "/eval_ref.jsonl " + dir + "/eval_ref.jsonl");
+  EXPECT_EQ(code, 0) << out;
+  std::tie(code, out) = run_command(kHetpar + " compare " + close + " " + ref);
+  EXPECT_FALSE(contains(out, "held-out")) << out;  // neither evaluated
   EXPECT_EQ(run_command(kHetpar + " compare " + dir + "/missing.jsonl " + ref).first, 2);
   std::ofstream(dir + "/bad.jsonl") << "{\"step\": 1}\n";
   std::tie(code, out) = run_command(kHetpar + " compare " + dir + "/bad.jsonl " + ref);

@@ -151,6 +151,8 @@ const std::vector<BadInput> kBadInputs = {
     {.name = "vocab_without_text_tokens", .run = "[llm]\nvocab_size = 3\n", .key = "llm.vocab_size", .reason = "must be >= 4, got 3"},
     {.name = "odd_llm_head_size", .run = "[llm]\nhidden = 12\nheads = 4\nkv_heads = 4\n", .key = "llm.hidden", .reason = "= 3 is the head size, which RoPE needs even"},
     {.name = "recompute_layers_negative", .run = "[run]\nrecompute = \"full\"\nrecompute_layers = -1\n", .key = "run.recompute_layers", .reason = "must be >= 0, got -1"},
+    {.name = "eval_every_beyond_the_run", .run = "[run]\nsteps = 4\neval_every = 5\n", .key = "run.eval_every", .reason = "must be <= run.steps = 4 (no step would be evaluated), got 5"},
+    {.name = "eval_batches_zero", .run = "[run]\neval_batches = 0\n", .key = "run.eval_batches", .reason = "must be >= 1, got 0"},
     {.name = "recompute_layers_without_recompute", .run = "[run]\nrecompute_layers = 2\n", .key = "run.recompute_layers", .reason = "needs run.recompute = \"full\", got \"none\""},
     {.name = "images_min_negative", .run = "[data]\nimages_min = -1\n", .key = "data.images_min", .reason = "must be >= 0, got -1"},
     {.name = "images_max_below_min", .run = "[data]\nimages_min = 3\nimages_max = 2\n", .key = "data.images_max", .reason = "must be >= data.images_min = 3, got 2"},

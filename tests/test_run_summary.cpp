@@ -69,6 +69,16 @@ TEST(RunSummary, LossCurveDifference) {
   EXPECT_NEAR(d.max_abs, 0.4, 1e-12);
   EXPECT_NEAR(d.max_rel, 0.1, 1e-12);
   EXPECT_EQ(loss_curve_difference(a, a).max_rel, 0.0);
+  // Held-out losses: only the steps both runs evaluated.
+  std::vector<nlohmann::json> ea = a, eb = b;
+  ea[1]["eval_loss"] = 4.5;
+  eb[1]["eval_loss"] = 5.0;
+  eb[2]["eval_loss"] = 1.0;
+  const LossCurveDifference e = loss_curve_difference(ea, eb, "eval_loss");
+  EXPECT_EQ(e.compared, 1);
+  EXPECT_EQ(e.worst_step, 2);
+  EXPECT_NEAR(e.max_rel, 0.1, 1e-12);
+  EXPECT_EQ(loss_curve_difference(a, b, "eval_loss").compared, 0);
 }
 
 // A diverged run's last step has "diverged": true and a null loss (JSON has

@@ -43,13 +43,29 @@ std::vector<nlohmann::json> train(const std::string& tag, const std::string& set
   return steps;
 }
 
-double max_relative_loss_difference(const std::vector<nlohmann::json>& a, const std::vector<nlohmann::json>& b) {
+// Over the steps both runs have `key` in (eval_loss: the evaluated ones).
+double max_relative_loss_difference(const std::vector<nlohmann::json>& a, const std::vector<nlohmann::json>& b,
+                                    const char* key = "loss") {
   double worst = 0;
   for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    const double x = a[i]["loss"], y = b[i]["loss"];
+    if (!a[i].contains(key) || !b[i].contains(key)) continue;
+    const double x = a[i][key], y = b[i][key];
     worst = std::max(worst, std::abs(x - y) / std::abs(y));
   }
   return worst;
+}
+
+// Parity runs also evaluate two held-out batches forward only at steps 10
+// and 20, under their own schedules: those losses must agree too.
+constexpr const char* kEval = " --set run.eval_every=10 --set run.eval_batches=2";
+
+// Steps 10 and 20 of `run` hold an evaluation, and no other step does.
+void expect_evaluated_at_10_and_20(const std::vector<nlohmann::json>& run, const std::string& name) {
+  for (size_t i = 0; i < run.size(); ++i) {
+    const bool evaluated = (i + 1) % 10 == 0;
+    EXPECT_EQ(run[i].contains("eval_loss"), evaluated) << name << " step " << i + 1;
+    if (evaluated && run[i].contains("eval_loss")) EXPECT_TRUE(run[i]["eval_loss"].is_number()) << name;
+  }
 }
 
 // Both runs have `steps` steps with the same losses and gradient norms to the bit.
@@ -67,7 +83,7 @@ void expect_same_run_to_the_bit(const std::vector<nlohmann::json>& a, const std:
 // process, inside a test body so that a failure fails the test (a failure in
 // a suite's set-up would only mark its tests skipped).
 const std::vector<nlohmann::json>& reference_run() {
-  static const std::vector<nlohmann::json> run = train("reference", "--set data.micro_batch_size=2");
+  static const std::vector<nlohmann::json> run = train("reference", std::string("--set data.micro_batch_size=2") + kEval);
   return run;
 }
 
@@ -154,6 +170,26 @@ TEST(GradReduceOverlap, SameRunToTheBitAsReducingAfterTheBackward) {
   }
 }
 
+// Held-out evaluation between steps runs forward only and touches neither
+// weights, gradients, optimizer state nor a reduction's buckets: a run with
+// it is the run without it to the bit (colocated with LLM PP and DP: the
+// encoder's share among the stages, buckets reduced in the backward).
+TEST(HeldOutEvaluation, LeavesTheTrainingRunAsItWas) {
+  const std::string sets = "--set layout.placement=colocated --set layout.encoder.dp=4 --set layout.llm.pp=2 "
+                           "--set layout.llm.dp=2 --set data.micro_batch_size=1";
+  const auto with_eval = train("eval_on", sets + " --set run.eval_every=2", 6);
+  const auto without = train("eval_off", sets, 6);
+  expect_same_run_to_the_bit(with_eval, without, 6, "colocated pp2");
+  for (size_t i = 0; i < with_eval.size(); ++i) {
+    EXPECT_EQ(with_eval[i].contains("eval_loss"), (i + 1) % 2 == 0) << "step " << i + 1;
+    EXPECT_FALSE(without[i].contains("eval_loss")) << "step " << i + 1;
+  }
+  std::ifstream file(run_dir("eval_on") + "/summary.json");
+  const auto summary = nlohmann::json::parse(file);
+  EXPECT_EQ(summary["last_eval_step"].get<int64_t>(), 6);
+  EXPECT_EQ(summary["last_eval_loss"].get<double>(), with_eval[5]["eval_loss"].get<double>());
+}
+
 // The optimizer state sharded over each module's DP x CP group changes
 // where the update runs, not what it computes: where every group is of two
 // (a sum of two is the same in any order) and nothing is clipped, the same
@@ -233,11 +269,15 @@ void PrintTo(const HeteroCase& c, std::ostream* os) { *os << c.name; }
 class HeteroParity : public TrainingParity, public ::testing::WithParamInterface<HeteroCase> {};
 
 TEST_P(HeteroParity, MatchesTheUniformBaseline) {
-  const auto run = train(GetParam().name, GetParam().sets);
+  const auto run = train(GetParam().name, GetParam().sets + std::string(kEval));
   ASSERT_EQ(run.size(), 20u);
   const double diff = max_relative_loss_difference(run, *reference_);
-  std::printf("%s vs uniform 1 rank: max relative loss difference over 20 steps %.3g\n", GetParam().name, diff);
+  const double eval_diff = max_relative_loss_difference(run, *reference_, "eval_loss");
+  std::printf("%s vs uniform 1 rank: max relative loss difference over 20 steps %.3g, held-out %.3g\n",
+              GetParam().name, diff, eval_diff);
   EXPECT_LE(diff, kLossRtol);
+  EXPECT_LE(eval_diff, kLossRtol);
+  expect_evaluated_at_10_and_20(run, GetParam().name);
 }
 
 const auto kHeteroCases = ::testing::Values(
@@ -441,6 +481,26 @@ TEST(SyntheticData, DeterministicPerStepAndSample) {
   EXPECT_FALSE(at::equal(a.ids, f.source(4).micro_batch(5, 2, 3).ids));
   // A sample is the same whichever micro-batch carries it.
   EXPECT_TRUE(at::equal(a.ids[1], f.source().micro_batch(5, 3, 1).ids[0]));
+}
+
+// Held-out batches: other samples (deterministic as well) of the same image
+// classes, each drawn with its own noise around the training class's pattern.
+TEST(SyntheticData, HeldOutStreamHoldsOtherSamplesOfTheSameClasses) {
+  const DataFixture f;
+  const SyntheticData held_out(f.encoder, f.llm, f.data, 3, at::kCPU, DataStream::kHeldOut);
+  const SyntheticData again(f.encoder, f.llm, f.data, 3, at::kCPU, DataStream::kHeldOut);
+  const MicroBatch train = f.source().micro_batch(1, 0, 8), held = held_out.micro_batch(1, 0, 8);
+  EXPECT_FALSE(at::equal(train.ids, held.ids));
+  EXPECT_TRUE(at::equal(held.ids, again.micro_batch(1, 0, 8).ids));
+  EXPECT_TRUE(at::equal(held.pixels, again.micro_batch(1, 0, 8).pixels));
+  const auto rms = [](const at::Tensor& a, const at::Tensor& b) { return (a - b).pow(2).mean().sqrt().item<double>(); };
+  // Pixel noise 0.3 around patterns of unit variance: about 0.42 apart within a class, 1.5 across classes.
+  const double same = rms(held_out.image(1, 0, 0, 5), f.source().image(1, 0, 0, 5));
+  const double other = rms(held_out.image(1, 0, 0, 5), f.source().image(1, 0, 0, 6));
+  std::printf("held-out vs training image: rms %.3f same class, %.3f another\n", same, other);
+  EXPECT_GT(same, 0.2);  // not the training image itself
+  EXPECT_LT(same, 0.6);
+  EXPECT_GT(other, 1.0);
 }
 
 // Ranks whose images arrive over the boundary ask for the text alone: the

@@ -10,7 +10,7 @@
 namespace hetpar {
 
 CLI::App* add_compare_command(CLI::App& app, CompareArgs& args) {
-  CLI::App* cmd = app.add_subcommand("compare", "Compare two runs' loss curves step by step, or two sweeps' results");
+  CLI::App* cmd = app.add_subcommand("compare", "Compare two runs' loss curves step by step (held-out losses too where both evaluated), or two sweeps' results");
   auto* a = cmd->add_option("run_a", args.run_a, "run directory or steps.jsonl");
   auto* b = cmd->add_option("run_b", args.run_b, "run directory or steps.jsonl (the reference)");
   cmd->add_option("--rtol", args.rtol, "largest allowed |a - b| / |b| at any step")->check(CLI::NonNegativeNumber);
@@ -72,9 +72,18 @@ int run_compare(const CompareArgs& args) {
     log_error("warning: {} has {} steps, {} has {}; compared the {} they share", args.run_a, a.size(), args.run_b,
               b.size(), d.compared);
   }
-  const bool ok = d.max_rel <= args.rtol;
+  bool ok = d.max_rel <= args.rtol;
   log_info("{} steps compared: max |diff| {:.3g}, max relative {:.3g} (step {}), tolerance {:.3g}: {}", d.compared,
            d.max_abs, d.max_rel, d.worst_step, args.rtol, ok ? "within" : "EXCEEDED");
+  // Held-out losses (run.eval_every) where both runs evaluated the same steps: held to the same tolerance.
+  const LossCurveDifference held_out = loss_curve_difference(a, b, "eval_loss");
+  if (held_out.compared > 0) {
+    const bool within = held_out.max_rel <= args.rtol;
+    log_info("{} held-out evaluations compared: max |diff| {:.3g}, max relative {:.3g} (step {}), tolerance {:.3g}: {}",
+             held_out.compared, held_out.max_abs, held_out.max_rel, held_out.worst_step, args.rtol,
+             within ? "within" : "EXCEEDED");
+    ok = ok && within;
+  }
   return ok ? 0 : kExitError;
 }
 

@@ -217,6 +217,10 @@ std::optional<ConfigProblem> consistency_problem(const RunConfig& c) {
     return ConfigProblem{{"run.recompute_layers", "run.recompute"}, "caps the layers that recompute, so it needs run.recompute = \"full\", got \"" +
                           c.run.recompute + "\""};
   }
+  if (c.run.eval_every > c.run.steps) {
+    return ConfigProblem{{"run.eval_every", "run.steps"}, "must be <= run.steps = " + num(c.run.steps) +
+                          " (no step would be evaluated), got " + num(c.run.eval_every)};
+  }
   if (c.optim.min_lr > c.optim.lr) {
     return ConfigProblem{{"optim.min_lr", "optim.lr"}, "must be <= optim.lr, got " + std::to_string(c.optim.min_lr)};
   }

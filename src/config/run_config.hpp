@@ -21,6 +21,8 @@ struct RunSection {
   int64_t timing_warmup_steps = 1;  // left out of the run's timing summary
   int64_t checkpoint_every = 0;     // steps between checkpoints; 0 = none
   int64_t checkpoint_keep = 2;      // newest complete checkpoints kept
+  int64_t eval_every = 0;           // steps between held-out evaluations; 0 = none
+  int64_t eval_batches = 1;         // held-out global batches each evaluation runs
   std::string precision = "auto";   // fp32 | bf16 | auto (bf16 on a GPU, fp32 on CPU)
   std::string recompute = "none";   // none | full: transformer layers recompute their forward in the backward
   int64_t recompute_layers = 0;     // with full: each pipeline stage's first this many layers; 0 = all

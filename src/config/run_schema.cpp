@@ -208,6 +208,12 @@ std::vector<SchemaKey> build_schema() {
           "each module recompute (all of a stage that holds fewer); 0 = every layer. Fewer layers: less "
           "compute, more memory"),
       run.key<&RunSection::checkpoint_keep>("checkpoint_keep", at_least(1), "newest complete checkpoints kept; older ones are removed"),
+      run.key<&RunSection::eval_every>("eval_every", at_least(0),
+          "every this many steps, the loss of held-out synthetic batches (the same image classes and text rules, "
+          "samples no step trains on), run forward only under the layout's own schedule: eval_loss in "
+          "steps.jsonl, not part of the step's time; 0 = never"),
+      run.key<&RunSection::eval_batches>("eval_batches", at_least(1),
+          "held-out global batches (data.global_batch_size samples each) every evaluation runs; the same ones each time"),
       encoder.key<&Enc::image_size>("image_size", at_least(1), "side of the square input image, pixels"),
       encoder.key<&Enc::patch_size>("patch_size", at_least(1), "side of a square patch, pixels"),
       encoder.key<&Enc::channels>("channels", at_least(1), "colour channels per pixel"),

@@ -11,6 +11,8 @@ namespace hetpar {
 namespace {
 
 constexpr double kPixelNoise = 0.3;
+// Above every salt a sample uses (1 for its text, 100 + i for its images).
+constexpr uint64_t kHeldOutSalt = uint64_t{1} << 20;
 
 uint64_t sample_seed(uint64_t seed, int64_t step, int64_t sample, uint64_t salt) {
   auto lo = [](uint64_t v) { return static_cast<uint32_t>(v); };
@@ -24,8 +26,9 @@ uint64_t sample_seed(uint64_t seed, int64_t step, int64_t sample, uint64_t salt)
 }  // namespace
 
 SyntheticData::SyntheticData(const EncoderConfig& encoder, const LlmConfig& llm, const DataConfig& data, uint64_t seed,
-                             const at::Device& device)
-    : BatchSource(encoder, llm, data.global_batch_size, device), data_(data), seed_(seed) {
+                             const at::Device& device, DataStream stream)
+    : BatchSource(encoder, llm, data.global_batch_size, device), data_(data), seed_(seed),
+      salt_(stream == DataStream::kHeldOut ? kHeldOutSalt : 0) {
   for (int c = 0; c < kImageClasses; ++c) {
     class_patterns_.push_back(init_normal(seed, "data.class_pattern." + std::to_string(c),
                                           {encoder.channels, encoder.image_size, encoder.image_size}, 1.0));
@@ -38,7 +41,7 @@ int64_t SyntheticData::text_token(int64_t index) const {
 }
 
 SampleText SyntheticData::text(int64_t step, int64_t sample) const {
-  std::mt19937_64 rng(sample_seed(seed_, step, sample, 1));
+  std::mt19937_64 rng(sample_seed(seed_, step, sample, salt_ + 1));
   const int64_t k = std::uniform_int_distribution<int64_t>(data_.images_min, data_.images_max)(rng);
   const int64_t text_vocab = llm_.vocab_size - kFirstTextToken;
   const int64_t tpi = encoder_.tokens_per_image();
@@ -66,7 +69,7 @@ SampleText SyntheticData::text(int64_t step, int64_t sample) const {
 }
 
 at::Tensor SyntheticData::image(int64_t step, int64_t sample, int index, int image_class) const {
-  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(sample_seed(seed_, step, sample, 100 + index));
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(sample_seed(seed_, step, sample, salt_ + 100 + index));
   const at::Tensor& pattern = class_patterns_[image_class];
   return pattern + kPixelNoise * at::randn(pattern.sizes(), gen, at::TensorOptions().dtype(at::kFloat));
 }

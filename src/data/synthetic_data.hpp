@@ -25,10 +25,15 @@ inline constexpr int64_t kImageToken = 2;      // llm.image_token_id's default
 inline constexpr int64_t kFirstTextToken = 3;  // pad, BOS and the placeholder come first: vocab - 3 text ids
 inline constexpr int kImageClasses = 8;
 
+// Training draws its steps' samples from one stream; held-out evaluation
+// (run.eval_every) from another of the same seed: the same image classes and
+// rules of the text, other samples.
+enum class DataStream { kTraining, kHeldOut };
+
 class SyntheticData : public BatchSource {
  public:
   SyntheticData(const EncoderConfig& encoder, const LlmConfig& llm, const DataConfig& data, uint64_t seed,
-                const at::Device& device = at::kCPU);
+                const at::Device& device = at::kCPU, DataStream stream = DataStream::kTraining);
   SampleText text(int64_t step, int64_t sample) const override;
   at::Tensor image(int64_t step, int64_t sample, int index, int image_class) const override;
 
@@ -37,6 +42,7 @@ class SyntheticData : public BatchSource {
   int64_t text_token(int64_t index) const;
   DataConfig data_;
   uint64_t seed_;
+  uint64_t salt_;  // the stream's: added to every sample's own salts
   std::vector<at::Tensor> class_patterns_;
 };
 

@@ -75,17 +75,21 @@ std::optional<int64_t> diverged_step(const std::vector<nlohmann::json>& steps) {
   return std::nullopt;
 }
 
-LossCurveDifference loss_curve_difference(const std::vector<nlohmann::json>& a, const std::vector<nlohmann::json>& b) {
+LossCurveDifference loss_curve_difference(const std::vector<nlohmann::json>& a, const std::vector<nlohmann::json>& b,
+                                          const char* key) {
+  const auto has_value = [&](const nlohmann::json& s) {
+    return !is_diverged(s) && s.contains(key) && s[key].is_number();
+  };
   std::map<int64_t, double> losses_a;
   for (const nlohmann::json& s : a) {
-    if (!is_diverged(s)) losses_a[s.at("step").get<int64_t>()] = s.at("loss").get<double>();
+    if (has_value(s)) losses_a[s.at("step").get<int64_t>()] = s.at(key).get<double>();
   }
   LossCurveDifference d;
   for (const nlohmann::json& s : b) {
-    if (is_diverged(s)) continue;
+    if (!has_value(s)) continue;
     const auto it = losses_a.find(s.at("step").get<int64_t>());
     if (it == losses_a.end()) continue;
-    const double loss_b = s.at("loss").get<double>();
+    const double loss_b = s.at(key).get<double>();
     const double abs_diff = std::abs(it->second - loss_b);
     const double rel_diff = abs_diff / std::max(std::abs(loss_b), 1e-30);
     ++d.compared;

@@ -28,13 +28,15 @@ bool is_diverged(const nlohmann::json& step);
 std::optional<int64_t> diverged_step(const std::vector<nlohmann::json>& steps);
 
 // Step-by-step loss parity of two runs' steps (b is the reference), over the
-// steps both ran with a finite loss.
+// steps both ran with a finite loss; with `key` = "eval_loss", over the steps
+// both evaluated (run.eval_every).
 struct LossCurveDifference {
   int64_t compared = 0;  // steps present in both
   double max_abs = 0, max_rel = 0;
   int64_t worst_step = 0;
 };
-LossCurveDifference loss_curve_difference(const std::vector<nlohmann::json>& a, const std::vector<nlohmann::json>& b);
+LossCurveDifference loss_curve_difference(const std::vector<nlohmann::json>& a, const std::vector<nlohmann::json>& b,
+                                          const char* key = "loss");
 
 // The records of a run's steps.jsonl (a run directory or the file itself):
 // each has a step and a numeric loss, or is a diverged step.

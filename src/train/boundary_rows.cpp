@@ -20,7 +20,9 @@ at::Tensor BoundaryRows::forward(int64_t micro, const MicroBatch&) {
   f.rows = exchange(micro)
                .receive_forward(ctx_.config.llm.hidden, data_tag(Channel::kBoundary, micro), ctx_.model.activation_options())
                .requires_grad_(true);
-  return f.rows;
+  const at::Tensor rows = f.rows;
+  if (ctx_.forward_only) in_flight_.erase(micro);  // no gradient goes back
+  return rows;
 }
 
 void BoundaryRows::backward(int64_t micro) {

@@ -49,6 +49,12 @@ void EncoderStage::forward(int64_t micro) {
                          .isend(f.output.detach().to(at::kFloat).contiguous(), stage_peer(ctx_.groups.encoder(), +1),
                                 data_tag(Channel::kEncoderStages, micro)));
   }
+  // Forward only, no backward comes: the sends hold what they send, and only
+  // the exchange stays (a colocated rank's LLM side still receives through it).
+  if (ctx_.forward_only) {
+    f.input.reset();
+    f.output.reset();
+  }
 }
 
 void EncoderStage::backward(int64_t micro) {
@@ -81,6 +87,7 @@ void EncoderStage::finish() {
   auto timed = ctx_.timer.measure(Phase::kWait);
   for (Group::Pending& p : sends_) p.wait();
   sends_.clear();
+  in_flight_.clear();  // forward only, the exchanges kept until now
 }
 
 BoundaryExchange& EncoderStage::exchange(int64_t micro) { return *in_flight_.at(micro).exchange; }

@@ -6,7 +6,7 @@
 #include "dist/device.hpp"
 #include "interop/hf_llava.hpp"
 #include "train/job_setup.hpp"
-#include "train/step_schedule.hpp"
+#include "train/forward_only_loss.hpp"
 #include "util/log.hpp"
 
 namespace hetpar {
@@ -18,18 +18,9 @@ int run_eval_job(const RunConfig& config, const LaunchEnv& env, const std::strin
   const std::unique_ptr<MultimodalModel> model = rank_model(config, groups, device);
   const std::string note = load_hf(*model, groups, runtime.world(), init_hf);
   if (runtime.rank() == 0 && !note.empty()) log_info("{}: {}", init_hf, note);
-  // The batch is one training step of the layout's own schedule, without
-  // the gradients' sums or an optimizer step: its loss is the step's.
   const FileBatch samples(batch, config, device);
-  PhaseTimer timer(device);
-  constexpr int64_t kStep = 1;
-  const double target_tokens = static_cast<double>(samples.target_tokens(kStep));
-  const StepContext ctx{*model, samples, config, groups, runtime.world(), timer, kStep, micro_batches_per_step(config),
-                        target_tokens};
-  at::Tensor loss = run_micro_batches(ctx).to(at::kDouble).reshape({1}).clone();
-  runtime.world().all_reduce(loss);  // each replica's last stage holds its samples' share
-  const double value = loss.item<double>();
-  if (runtime.rank() == 0) log_info("eval loss: {:.9g} over {} target tokens", value, static_cast<int64_t>(target_tokens));
+  const double value = forward_only_loss(*model, samples, config, groups, runtime.world(), /*batches=*/1);
+  if (runtime.rank() == 0) log_info("eval loss: {:.9g} over {} target tokens", value, samples.target_tokens(1));
   return 0;
 }
 

@@ -11,7 +11,7 @@ namespace hetpar {
 
 // Prints "eval loss: <value>" on rank 0: the mean over the target tokens of
 // the batch file `batch` (data/file_batch.hpp), run as one step of the
-// layout's schedule (any placement, TP, CP, PP, DP), with the micro-batches
+// layout's schedule forward only (any placement, TP, CP, PP, DP), with the micro-batches
 // config.data sets (hetpar eval makes the step the file's batch).
 int run_eval_job(const RunConfig& config, const LaunchEnv& env, const std::string& init_hf, const std::string& batch);
 

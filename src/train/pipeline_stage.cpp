@@ -39,6 +39,7 @@ void PipelineStage::forward(int64_t micro) {
                          .isend(out.detach().to(at::kFloat).contiguous(), stage_peer(ctx_.groups.llm(), +1),
                                 data_tag(Channel::kLlmStages, micro)));
   }
+  if (ctx_.forward_only) in_flight_.erase(micro);  // no backward will come for it
 }
 
 void PipelineStage::backward(int64_t micro) {

@@ -87,12 +87,16 @@ std::string RunMetrics::step_text(const nlohmann::json& l) const {
   auto number = [&](const char* key) {
     return l[key].is_number() ? l[key].get<double>() : std::numeric_limits<double>::quiet_NaN();
   };
-  return fmt::format("step {:>4} | loss {:.4f} | grad norm {:.3f} | lr {:.2e} | {:7.1f} ms | {:.3f} TFLOPS/rank | "
-                     "MFU {:4.1f}% | {:.0f} tokens/s | {:.0f} MiB",
-                     l["step"].get<int64_t>(), number("loss"), number("grad_norm"),
-                     l["lr"].get<double>(), l["step_seconds"].get<double>() * 1e3, l["tflops_per_gpu"].get<double>(),
-                     100 * l["mfu"].get<double>(), l["tokens_per_second"].get<double>(),
-                     l["peak_memory_mib"].get<double>());
+  std::string text = fmt::format(
+      "step {:>4} | loss {:.4f} | grad norm {:.3f} | lr {:.2e} | {:7.1f} ms | {:.3f} TFLOPS/rank | "
+      "MFU {:4.1f}% | {:.0f} tokens/s | {:.0f} MiB",
+      l["step"].get<int64_t>(), number("loss"), number("grad_norm"), l["lr"].get<double>(),
+      l["step_seconds"].get<double>() * 1e3, l["tflops_per_gpu"].get<double>(), 100 * l["mfu"].get<double>(),
+      l["tokens_per_second"].get<double>(), l["peak_memory_mib"].get<double>());
+  if (l.contains("eval_loss")) {
+    text += fmt::format(" | eval loss {:.4f} ({:.1f} ms)", number("eval_loss"), l["eval_seconds"].get<double>() * 1e3);
+  }
+  return text;
 }
 
 nlohmann::json RunMetrics::metadata() const {

@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
+#include <optional>
+
 #include "boundary/boundary_exchange.hpp"
 #include "tp/weight_cast.hpp"
 #include "train/micro_batch_route.hpp"
@@ -51,6 +53,7 @@ at::Tensor sequential_micro_batch(const StepContext& ctx, int64_t micro) {
   Group& cp = llm.get(GroupKind::kCp);
   const at::Tensor llm_rows = uniform && cp.size() > 1 ? image_rows_of_part(rows_in, batch.image_mask_host, cp) : arrived_in;
   const at::Tensor loss_share = llm_forward_backward(ctx, micro, batch, llm_rows);
+  if (ctx.forward_only) return loss_share;
   if (exchange) {  // a collective: every rank takes part, rows or not
     auto timed = ctx.timer.measure(Phase::kBoundaryBackward);
     torch::autograd::backward({arrived}, {grad_or_zeros(arrived_in)});
@@ -82,7 +85,7 @@ at::Tensor llm_forward_backward(const StepContext& ctx, int64_t micro, const Mic
     const at::Tensor logits = ctx.model.llm_logits(batch.ids, rows, batch.image_mask);
     loss = ctx.model.llm->loss_sum(logits, batch.targets) / ctx.target_tokens;
   }
-  {
+  if (!ctx.forward_only) {
     auto timed = ctx.timer.measure(Phase::kLlmBackward);
     before_llm_backward(ctx, micro);
     loss.backward();
@@ -121,7 +124,18 @@ void backward_if_graph(const at::Tensor& output, const at::Tensor& grad) {
   }
 }
 
+std::vector<PipelineOp> ops_to_run(const StepContext& ctx, std::vector<PipelineOp> ops) {
+  if (ctx.forward_only) {
+    std::erase_if(ops, [](const PipelineOp& op) {
+      return op.kind == PipelineOp::kBackward || op.kind == PipelineOp::kEncoderBackward;
+    });
+  }
+  return ops;
+}
+
 at::Tensor run_micro_batches(const StepContext& ctx) {
+  std::optional<at::NoGradGuard> no_graph;  // forward only: nothing kept for a backward
+  if (ctx.forward_only) no_graph.emplace();
   const StepCastCache weight_casts(computes_in_bf16(ctx.config));  // each weight cast to bf16 once a step
   if (ctx.config.placement.placement == Placement::NonColocated) return run_noncolocated_micro_batches(ctx);
   if (ctx.config.placement.llm.pp > 1) {

@@ -12,13 +12,17 @@
 //   rank's share of the encoder placed among its stage's 1F1B ops
 //   (step_schedule_colocated_pipeline.cpp).
 // The backward is staged at the module boundaries (same math as one backward
-// pass) so each phase is timed on its own.
+// pass) so each phase is timed on its own. Forward only (evaluation), every
+// schedule runs its forwards in the same order and nothing else: no graph
+// is kept, no gradient is sent back, and each micro-batch's state is dropped
+// once its forward is done.
 #pragma once
 
 #include "boundary/boundary_exchange.hpp"
 #include "data/batch_source.hpp"
 #include "dist/module_groups.hpp"
 #include "metrics/phase_timer.hpp"
+#include "parallel/pipeline_schedule.hpp"
 #include "train/grad_reducer.hpp"
 #include "train/multimodal_model.hpp"
 
@@ -42,7 +46,13 @@ struct StepContext {
   int64_t micro_batches = 0;
   double target_tokens = 0;  // the loss divisor: target tokens of the whole step
   StepReductions reductions = {};
+  bool forward_only = false;  // evaluation: the forwards and the loss, no backward
 };
+
+// A schedule's ops for this step: all of them, or (forward only) its
+// forwards in the same order. Dropping every backward op on every rank keeps
+// the schedule deadlock-free: no forward waits on a backward.
+std::vector<PipelineOp> ops_to_run(const StepContext& ctx, std::vector<PipelineOp> ops);
 
 // Every schedule calls these just before a module's backward of micro-batch
 // `micro`. Each runs a module's backwards in micro-batch order, so the last
@@ -111,7 +121,7 @@ at::Tensor run_llm_pipeline(const StepContext& ctx, ImageRows* stage0_rows);
 // Uniform placement with LLM PP: the encoder runs with the first stage.
 at::Tensor run_uniform_pipeline(const StepContext& ctx);
 
-// LLM forward and backward of this rank's `batch` of micro-batch `micro`
+// LLM forward and backward (forward only: no backward) of this rank's `batch` of micro-batch `micro`
 // (whole sequences; under LLM CP it takes its part), its image rows given by
 // `rows` (those of its part; a stage input: the gradient stays in
 // rows.grad()). Returns this rank's share of the loss, detached (0 off the

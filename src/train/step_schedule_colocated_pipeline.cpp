@@ -64,7 +64,7 @@ at::Tensor run_colocated_pipeline(const StepContext& ctx) {
   EncoderStage encoder(ctx);  // this rank's share of the encoder, one stage of it
   BoundaryRows rows(ctx, &encoder);
   PipelineStage stage(ctx, stage_index == 0 ? &rows : nullptr);
-  for (const PipelineOp& op : orders[stage_index]) {
+  for (const PipelineOp& op : ops_to_run(ctx, orders[stage_index])) {
     switch (op.kind) {
       case PipelineOp::kEncoderForward: encoder.forward(op.micro); break;
       case PipelineOp::kForward: stage.forward(op.micro); break;

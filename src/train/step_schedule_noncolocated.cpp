@@ -34,7 +34,7 @@ at::Tensor encoder_side(const StepContext& ctx) {
   const int stages = ctx.config.placement.encoder.pp;
   const int64_t ahead = std::min<int64_t>(ctx.config.layout.run_ahead, ctx.micro_batches);
   const int pipeline = stages + static_cast<int>(ahead) - 1;
-  for (const PipelineOp& op : one_f_one_b(pipeline, ctx.groups.encoder().coord().pp, ctx.micro_batches)) {
+  for (const PipelineOp& op : ops_to_run(ctx, one_f_one_b(pipeline, ctx.groups.encoder().coord().pp, ctx.micro_batches))) {
     if (op.kind == PipelineOp::kForward) stage.forward(op.micro);
     else stage.backward(op.micro);
   }
@@ -53,7 +53,7 @@ at::Tensor llm_side(const StepContext& ctx) {
                                                   c.data.micro_batch_size, /*with_pixels=*/false);
     const at::Tensor share = llm_forward_backward(ctx, m, batch, rows.forward(m, batch));
     loss_share = loss_share.defined() ? loss_share + share : share;
-    rows.backward(m);
+    if (!ctx.forward_only) rows.backward(m);
   }
   rows.finish();
   return loss_share;

@@ -35,7 +35,9 @@ class EncoderRows : public ImageRows {
       f.rows = ctx_.model.encode(whole.pixels);
     }
     f.input = f.rows.detach().requires_grad_(true);
-    return cp_.size() > 1 ? image_rows_of_part(f.input, whole.image_mask_host, cp_) : f.input;
+    const at::Tensor rows = cp_.size() > 1 ? image_rows_of_part(f.input, whole.image_mask_host, cp_) : f.input;
+    if (ctx_.forward_only) in_flight_.erase(micro);  // no backward will come for them
+    return rows;
   }
   void backward(int64_t micro) override {
     InFlight& f = in_flight_.at(micro);
@@ -67,7 +69,7 @@ at::Tensor run_uniform_pipeline(const StepContext& ctx) {
 at::Tensor run_llm_pipeline(const StepContext& ctx, ImageRows* stage0_rows) {
   PipelineStage stage(ctx, stage0_rows);
   const GridCoord coord = ctx.groups.llm().coord();
-  for (const PipelineOp& op : one_f_one_b(ctx.config.placement.llm.pp, coord.pp, ctx.micro_batches)) {
+  for (const PipelineOp& op : ops_to_run(ctx, one_f_one_b(ctx.config.placement.llm.pp, coord.pp, ctx.micro_batches))) {
     if (op.kind == PipelineOp::kForward) stage.forward(op.micro);
     else stage.backward(op.micro);
   }

@@ -25,6 +25,7 @@
 #include "train/run_metrics.hpp"
 #include "train/step_report.hpp"
 #include "train/step_schedule.hpp"
+#include "train/forward_only_loss.hpp"
 #include "train/fused_adamw.hpp"
 #include "train/grad_reducer.hpp"
 #include "train/grad_sync.hpp"
@@ -107,6 +108,13 @@ void finish_summary(nlohmann::json& summary, const std::vector<nlohmann::json>& 
   summary["steps"] = static_cast<int64_t>(step_lines.size());
   summary["first_loss"] = step_lines.front()["loss"];
   summary["last_loss"] = step_lines.back()["loss"];
+  for (auto line = step_lines.rbegin(); line != step_lines.rend(); ++line) {
+    if (line->contains("eval_loss")) {
+      summary["last_eval_loss"] = (*line)["eval_loss"];
+      summary["last_eval_step"] = (*line)["step"];
+      break;
+    }
+  }
   summary.update(summarize_steps(step_lines, config.run.timing_warmup_steps));
   write_file_atomic(out_dir + "/summary.json", summary.dump(2) + "\n");
 }
@@ -130,6 +138,8 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
   }
   const std::vector<at::Tensor> params = model.trainable_parameters();
   const SyntheticData data(config.encoder, config.llm, config.data, static_cast<uint64_t>(config.run.seed), device);
+  const SyntheticData held_out(config.encoder, config.llm, config.data, static_cast<uint64_t>(config.run.seed), device,
+                               DataStream::kHeldOut);
   const auto encoder_params = model.encoder_side(), llm_params = model.llm_side();
   // Each module's gradients summed over its own DP x CP group (CP ranks hold partial gradients of the same replica).
   std::optional<GradReducer> encoder_reduction =
@@ -248,9 +258,20 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
     }
     // Every rank holds the same loss (gathered) and norm (all-reduced), so all stop together.
     const bool diverged = !std::isfinite(report.loss) || !std::isfinite(norm);
+    // After the step is timed and its memory read: the evaluation is neither's.
+    std::optional<double> eval_loss, eval_seconds;
+    if (!diverged && config.run.eval_every > 0 && step % config.run.eval_every == 0) {
+      const auto e0 = Clock::now();
+      eval_loss = forward_only_loss(model, held_out, config, groups, runtime.world(), config.run.eval_batches);
+      eval_seconds = std::chrono::duration<double>(Clock::now() - e0).count();
+    }
     if (leader) {
       nlohmann::json line = metrics.step_line({step, report.loss, norm, lr, seconds}, report);
       if (diverged) line["diverged"] = true;  // JSON has no NaN: the loss is written as null
+      if (eval_loss) {
+        line["eval_loss"] = *eval_loss;
+        line["eval_seconds"] = *eval_seconds;
+      }
       steps_file.append_line(line.dump());
       log_info("{}", metrics.step_text(line));
       step_lines.push_back(line);
