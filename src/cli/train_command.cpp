@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "checkpoint/checkpoint_manifest.hpp"
+#include "data/data_sources.hpp"
 #include "train/run_dir.hpp"
 #include "util/durable_file.hpp"
 #include "util/output_dir.hpp"
@@ -59,6 +60,7 @@ int run_train(const TrainArgs& args) {
   RunDirClaim run_dir;  // held until every rank has ended
   const Preflight prepare_outputs = [&](const RunConfig& config) {
     const TrainOutputs outputs = outputs_of(config);
+    check_data_files(config);
     if (!outputs.resume.empty()) check_resume(outputs.resume, config);
     if (!outputs.save_hf.empty()) {
       if (const std::string why = output_dir_problem(outputs.save_hf, hf_export_outputs()); !why.empty()) {

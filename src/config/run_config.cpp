@@ -221,6 +221,14 @@ std::optional<ConfigProblem> consistency_problem(const RunConfig& c) {
     return ConfigProblem{{"run.eval_every", "run.steps"}, "must be <= run.steps = " + num(c.run.steps) +
                           " (no step would be evaluated), got " + num(c.run.eval_every)};
   }
+  if (c.run.eval_every > 0 && !c.data.files.empty() && c.data.eval_files.empty()) {
+    return ConfigProblem{{"data.eval_files", "run.eval_every", "data.files"},
+                         "must name held-out batch files when run.eval_every > 0 and the run trains on data.files "
+                         "(the synthetic held-out samples say nothing about your data)"};
+  }
+  if (!c.data.eval_files.empty() && c.run.eval_every == 0) {
+    return ConfigProblem{{"data.eval_files", "run.eval_every"}, "is read only with run.eval_every > 0, which is 0"};
+  }
   if (c.optim.min_lr > c.optim.lr) {
     return ConfigProblem{{"optim.min_lr", "optim.lr"}, "must be <= optim.lr, got " + std::to_string(c.optim.min_lr)};
   }

@@ -64,6 +64,9 @@ struct DataConfig {
   int64_t micro_batch_size = 2;   // samples per micro-batch on one LLM DP rank
   int64_t images_min = 0;         // images per sample, uniform in [min, max]
   int64_t images_max = 2;
+  std::string files;               // a directory of batch files to train on; empty: synthetic data
+  bool shuffle = true;             // data.files: each epoch in an order drawn from run.seed
+  std::string eval_files;          // a directory of batch files for run.eval_every; empty: synthetic held-out
 };
 
 struct OptimConfig {      // AdamW, linear warm-up then cosine decay to min_lr

@@ -239,7 +239,19 @@ std::vector<SchemaKey> build_schema() {
       data.key<&DataConfig::global_batch_size>("global_batch_size", at_least(1), "samples per optimizer step, whole job"),
       data.key<&DataConfig::micro_batch_size>("micro_batch_size", at_least(1), "samples per micro-batch on one llm dp rank"),
       data.key<&DataConfig::images_min>("images_min", at_least(0), "fewest images per sample"),
-      data.key<&DataConfig::images_max>("images_max", at_least(0), "most images per sample (uniform in [min, max])"),
+      data.key<&DataConfig::images_max>("images_max", at_least(0), "most images per sample (uniform in [min, max]); "
+          "with data.files, the most a sample is expected to hold (the memory model and planner count it)"),
+      data.key<&DataConfig::files>("files", any_value(),
+          "a directory (relative to where hetpar runs) of batch files to train on instead of the synthetic data: "
+          "every *.safetensors in it, in name order, each with input_ids and labels [samples, <= llm.seq_len] "
+          "(int64 or int32; labels unshifted, -100 = no loss) and pixel_values [images, C, H, W], one image per "
+          "run of encoder tokens_per_image placeholders; epochs over its samples, step by step", "(synthetic)"),
+      data.key<&DataConfig::shuffle>("shuffle", any_value(),
+          "with data.files: each epoch's samples in an order drawn from run.seed and the epoch (false: the files' "
+          "order)"),
+      data.key<&DataConfig::eval_files>("eval_files", any_value(),
+          "a directory of batch files (as data.files) whose first run.eval_batches global batches are the "
+          "held-out evaluation's; needed for run.eval_every with data.files", "(synthetic held-out)"),
       optim.key<&OptimConfig::lr>("lr", positive_finite(), "peak learning rate (AdamW)"),
       optim.key<&OptimConfig::min_lr>("min_lr", non_negative_finite(), "learning rate at the end of the cosine decay"),
       optim.key<&OptimConfig::warmup_steps>("warmup_steps", at_least(0), "steps of linear warm-up from 0 to lr"),

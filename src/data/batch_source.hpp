@@ -9,6 +9,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "config/run_config.hpp"
@@ -39,6 +40,9 @@ class BatchSource {
 
   virtual SampleText text(int64_t step, int64_t sample) const = 0;
   virtual at::Tensor image(int64_t step, int64_t sample, int index, int image_class) const = 0;  // [C, H, W]
+
+  // What the samples are, for the run's log.
+  virtual std::string description() const = 0;
 
   const at::Device& device() const { return device_; }
   // A host tensor of a batch on the data's device: on a GPU an asynchronous

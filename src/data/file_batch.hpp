@@ -24,6 +24,7 @@ class FileBatch : public BatchSource {
   FileBatch(const std::string& path, const RunConfig& config, const at::Device& device = at::kCPU);
   SampleText text(int64_t step, int64_t sample) const override;
   at::Tensor image(int64_t step, int64_t sample, int index, int image_class) const override;
+  std::string description() const override;
   int64_t samples() const { return static_cast<int64_t>(texts_.size()); }
 
  private:

@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <fmt/format.h>
+
 #include <random>
 
 #include "model/param_init.hpp"
@@ -72,6 +74,10 @@ at::Tensor SyntheticData::image(int64_t step, int64_t sample, int index, int ima
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(sample_seed(seed_, step, sample, salt_ + 100 + index));
   const at::Tensor& pattern = class_patterns_[image_class];
   return pattern + kPixelNoise * at::randn(pattern.sizes(), gen, at::TensorOptions().dtype(at::kFloat));
+}
+
+std::string SyntheticData::description() const {
+  return fmt::format("synthetic data{} (seed {})", salt_ == 0 ? "" : ", held-out samples", seed_);
 }
 
 }  // namespace hetpar

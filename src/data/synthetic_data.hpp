@@ -36,6 +36,7 @@ class SyntheticData : public BatchSource {
                 const at::Device& device = at::kCPU, DataStream stream = DataStream::kTraining);
   SampleText text(int64_t step, int64_t sample) const override;
   at::Tensor image(int64_t step, int64_t sample, int index, int image_class) const override;
+  std::string description() const override;
 
  private:
   // The INDEX-th text id: the ids above BOS, llm.image_token_id skipped.

@@ -1,6 +1,7 @@
 #include "io/safetensors.hpp"
 
 #include <ATen/ATen.h>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <unistd.h>
@@ -129,6 +130,27 @@ std::map<std::string, at::Tensor> read_safetensors(const std::string& path, cons
     out[name] = t;
   }
   return out;
+}
+
+at::Tensor read_safetensors_rows(const std::string& path, const SafetensorsHeader& header, const std::string& name,
+                                 int64_t first, int64_t count) {
+  const auto it = header.entries.find(name);
+  if (it == header.entries.end()) throw std::runtime_error(path + ": no tensor " + name);
+  const SafetensorsEntry& e = it->second;
+  if (e.shape.empty() || first < 0 || count < 0 || first + count > e.shape[0]) {
+    throw std::runtime_error(fmt::format("{}: rows [{}, {}) of tensor {} are outside its {} rows", path, first,
+                                         first + count, name, e.shape.empty() ? 0 : e.shape[0]));
+  }
+  std::vector<int64_t> shape = e.shape;
+  shape[0] = count;
+  at::Tensor t = at::empty(shape, at::TensorOptions().dtype(e.dtype));
+  const auto row_bytes = static_cast<uint64_t>(count == 0 ? 0 : t.nbytes() / count);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error(path + ": cannot open");
+  in.seekg(static_cast<std::streamoff>(header.data_start + e.begin + static_cast<uint64_t>(first) * row_bytes));
+  in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(t.nbytes()));
+  if (!in) throw std::runtime_error(path + ": truncated data of tensor " + name);
+  return t;
 }
 
 std::map<std::string, at::Tensor> read_safetensors(const std::string& path) {

@@ -37,5 +37,9 @@ std::map<std::string, at::Tensor> read_safetensors(const std::string& path);
 // The named tensors only (each must be in the file), given the file's header.
 std::map<std::string, at::Tensor> read_safetensors(const std::string& path, const SafetensorsHeader& header,
                                                    const std::vector<std::string>& names);
+// Rows [first, first + count) of tensor `name` (along its first dimension),
+// read alone: a sample of a large data shard without the rest of it.
+at::Tensor read_safetensors_rows(const std::string& path, const SafetensorsHeader& header, const std::string& name,
+                                 int64_t first, int64_t count);
 
 }  // namespace hetpar

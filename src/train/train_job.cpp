@@ -13,7 +13,7 @@
 
 #include "checkpoint/checkpoint_io.hpp"
 #include "checkpoint/checkpoint_manifest.hpp"
-#include "data/synthetic_data.hpp"
+#include "data/data_sources.hpp"
 #include "dist/device.hpp"
 #include "dist/module_groups.hpp"
 #include "dist/runtime.hpp"
@@ -137,9 +137,9 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
     if (leader && !note.empty()) log_info("{}: {}", outputs.init_hf, note);
   }
   const std::vector<at::Tensor> params = model.trainable_parameters();
-  const SyntheticData data(config.encoder, config.llm, config.data, static_cast<uint64_t>(config.run.seed), device);
-  const SyntheticData held_out(config.encoder, config.llm, config.data, static_cast<uint64_t>(config.run.seed), device,
-                               DataStream::kHeldOut);
+  const std::unique_ptr<BatchSource> training = training_data(config, device);
+  const BatchSource& data = *training;
+  const std::unique_ptr<BatchSource> held_out = config.run.eval_every > 0 ? held_out_data(config, device) : nullptr;
   const auto encoder_params = model.encoder_side(), llm_params = model.llm_side();
   // Each module's gradients summed over its own DP x CP group (CP ranks hold partial gradients of the same replica).
   std::optional<GradReducer> encoder_reduction =
@@ -195,6 +195,8 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
     log_info("{} ranks on {} ({}), backend {}, {}, launched by {}; {} trainable parameters on rank 0; {} "
              "micro-batches of {} per dp rank", runtime.world_size(), config.runtime.device, device_name(device),
              runtime.backend(), config.run.precision, env.launcher, count, micro_batches, config.data.micro_batch_size);
+    log_info("training on {}", data.description());
+    if (held_out) log_info("held-out evaluation every {} steps on {}", config.run.eval_every, held_out->description());
     log_info("model FLOPs per step:\n{}", metrics.assumptions());
     const nlohmann::json meta = metrics.metadata();
     if (device.is_cpu() && meta["ranks_per_core"].get<double>() > 1.0) {
@@ -262,7 +264,7 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
     std::optional<double> eval_loss, eval_seconds;
     if (!diverged && config.run.eval_every > 0 && step % config.run.eval_every == 0) {
       const auto e0 = Clock::now();
-      eval_loss = forward_only_loss(model, held_out, config, groups, runtime.world(), config.run.eval_batches);
+      eval_loss = forward_only_loss(model, *held_out, config, groups, runtime.world(), config.run.eval_batches);
       eval_seconds = std::chrono::duration<double>(Clock::now() - e0).count();
     }
     if (leader) {

@@ -172,9 +172,9 @@ def set_at(position, value):
 
 
 @pytest.mark.parametrize("changes, message", [
-    ({"input_ids": set_at((1, 50), 512)}, "input_ids holds 512 at position 114, outside the vocabulary [0, 512)"),
+    ({"input_ids": set_at((1, 50), 512)}, "sample 1: input_ids holds 512 at position 50, outside the vocabulary [0, 512)"),
     ({"input_ids": set_at((0, 5), -3)}, "input_ids holds -3"),
-    ({"labels": set_at((0, 40), 9999)}, "labels holds 9999 at position 40, outside the vocabulary [0, 512) (and not -100"),
+    ({"labels": set_at((0, 40), 9999)}, "sample 0: labels holds 9999 at position 40, outside the vocabulary [0, 512) (and not -100"),
     ({"labels": lambda t: torch.full_like(t, -100)}, "no target token"),
     ({"pixel_values": lambda t: t[:, :, :16, :16].contiguous()}, "pixel_values has shape [3, 3, 16, 16], expected [images, 3, 32, 32]"),
     ({"input_ids": set_at((0, 8), 7)}, "sample 0: the image placeholders (token 2) at positions 7 and 9 break a run of 16"),

@@ -1,0 +1,75 @@
+#include "data/batch_file_rows.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <stdexcept>
+#include <vector>
+
+namespace hetpar {
+namespace {
+
+constexpr int64_t kIgnored = -100;
+
+// Out-of-range ids would index past the embedding or score a loss against
+// no class: a number that looks right and is not.
+void check_range(const int64_t* values, int64_t length, const char* name, bool ignore_allowed, int64_t vocab,
+                 const std::string& where) {
+  for (int64_t i = 0; i < length; ++i) {
+    const int64_t v = values[i];
+    if ((v >= 0 && v < vocab) || (ignore_allowed && v == kIgnored)) continue;
+    throw std::runtime_error(fmt::format("{}: {} holds {} at position {}, outside the vocabulary [0, {}){}", where,
+                                         name, v, i, vocab, ignore_allowed ? " (and not -100, the ignored label)" : ""));
+  }
+}
+
+}  // namespace
+
+SampleText sample_from_rows(const int64_t* ids, const int64_t* labels, int64_t length, const RunConfig& c,
+                            const std::string& where) {
+  check_range(ids, length, "input_ids", false, c.llm.vocab_size, where);
+  check_range(labels, length, "labels", true, c.llm.vocab_size, where);
+  SampleText t;
+  t.ids.assign(c.llm.seq_len, 0);
+  t.targets.assign(c.llm.seq_len, kIgnored);
+  // transformers shifts inside the loss; hetpar's targets are pre-shifted.
+  std::vector<int64_t> placeholders;
+  for (int64_t i = 0; i < length; ++i) {
+    t.ids[i] = ids[i];
+    if (i + 1 < length) t.targets[i] = labels[i + 1];
+    if (ids[i] == c.llm.image_token_id) placeholders.push_back(i);
+  }
+  // Each image is a run of tpi consecutive placeholders (the boundary routes rows by their runs).
+  const int64_t tpi = c.encoder.tokens_per_image();
+  for (size_t k = 0; k < placeholders.size(); ++k) {
+    if (k % tpi != 0 && placeholders[k] != placeholders[k - 1] + 1) {
+      throw std::runtime_error(fmt::format("{}: the image placeholders (token {}) at positions {} and {} break a run "
+                                           "of {} (one image)", where, c.llm.image_token_id, placeholders[k - 1],
+                                           placeholders[k], tpi));
+    }
+  }
+  if (placeholders.size() % tpi != 0) {
+    throw std::runtime_error(fmt::format("{} holds {} image placeholders (token {}), not a whole number of images of "
+                                         "{} tokens", where, placeholders.size(), c.llm.image_token_id, tpi));
+  }
+  t.image_classes.assign(placeholders.size() / tpi, 0);
+  return t;
+}
+
+void check_batch_shapes(const std::vector<int64_t>& ids, const std::vector<int64_t>& labels,
+                        const std::vector<int64_t>& pixels, const RunConfig& c, const std::string& path) {
+  if (ids.size() != 2 || labels != ids) {
+    throw std::runtime_error(path + ": input_ids and labels must both be [batch, sequence]");
+  }
+  if (ids[1] > c.llm.seq_len) {
+    throw std::runtime_error(fmt::format("{}: sequences of {} tokens exceed llm.seq_len = {}", path, ids[1],
+                                         c.llm.seq_len));
+  }
+  const std::vector<int64_t> image_shape{c.encoder.channels, c.encoder.image_size, c.encoder.image_size};
+  if (pixels.size() != 4 || std::vector<int64_t>(pixels.begin() + 1, pixels.end()) != image_shape) {
+    throw std::runtime_error(fmt::format("{}: pixel_values has shape [{}], expected [images, {}]", path,
+                                         fmt::join(pixels, ", "), fmt::join(image_shape, ", ")));
+  }
+}
+
+}  // namespace hetpar

@@ -1,0 +1,31 @@
+// The batch-file format's rules for one sample, shared by a single batch file
+// (data/file_batch.hpp) and a directory of them (data/file_dataset.hpp):
+// input_ids and labels in transformers' conventions (labels unshifted, -100 =
+// ignored) become hetpar's pre-shifted targets, padded to llm.seq_len (pad id
+// 0, no target: causal attention keeps the padding out of the real
+// positions); every id and label lies in the vocabulary; each image is a run
+// of encoder.tokens_per_image() consecutive llm.image_token_id placeholders.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+
+#include "config/run_config.hpp"
+#include "data/batch_source.hpp"
+
+namespace hetpar {
+
+// One sample from its rows of `length` tokens; throws std::runtime_error
+// starting with `where` (the file and the sample) when a rule is broken.
+SampleText sample_from_rows(const int64_t* ids, const int64_t* labels, int64_t length, const RunConfig& config,
+                            const std::string& where);
+
+// input_ids and labels [batch, sequence] of at most llm.seq_len tokens, and
+// pixel_values' shape [images, C, H, W] as the encoder takes them (pixel_values'
+// shape given: a large file's header says it); throws naming `path`.
+void check_batch_shapes(const std::vector<int64_t>& ids, const std::vector<int64_t>& labels,
+                        const std::vector<int64_t>& pixels, const RunConfig& config, const std::string& path);
+
+}  // namespace hetpar

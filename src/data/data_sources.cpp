@@ -1,0 +1,55 @@
+#include "data/data_sources.hpp"
+
+#include <fmt/format.h>
+
+#include <optional>
+
+#include "config/config_error.hpp"
+#include "data/file_dataset.hpp"
+#include "data/synthetic_data.hpp"
+
+namespace hetpar {
+namespace {
+
+uint64_t seed_of(const RunConfig& config) { return static_cast<uint64_t>(config.run.seed); }
+
+}  // namespace
+
+std::unique_ptr<BatchSource> training_data(const RunConfig& config, const at::Device& device) {
+  if (!config.data.files.empty()) {
+    return std::make_unique<FileDataset>(config.data.files, config, device, config.data.shuffle, seed_of(config));
+  }
+  return std::make_unique<SyntheticData>(config.encoder, config.llm, config.data, seed_of(config), device);
+}
+
+std::unique_ptr<BatchSource> held_out_data(const RunConfig& config, const at::Device& device) {
+  // Held-out batches are the same at every evaluation: the files in their order.
+  if (!config.data.eval_files.empty()) {
+    return std::make_unique<FileDataset>(config.data.eval_files, config, device, /*shuffle=*/false, seed_of(config));
+  }
+  return std::make_unique<SyntheticData>(config.encoder, config.llm, config.data, seed_of(config), device,
+                                         DataStream::kHeldOut);
+}
+
+void check_data_files(const RunConfig& config) {
+  const auto check = [&](const std::string& dir, const char* key, int64_t needed, const std::string& why) {
+    if (dir.empty()) return;
+    std::optional<FileDataset> files;
+    try {
+      files.emplace(dir, config, at::kCPU, /*shuffle=*/false, seed_of(config));
+    } catch (const std::runtime_error& e) {
+      throw ConfigError(config.source_file, key, e.what());
+    }
+    if (files->samples() < needed) {
+      throw ConfigError(config.source_file, key,
+                        fmt::format("{} holds {} samples in {} files, fewer than {} = {}", dir, files->samples(),
+                                    files->files(), why, needed));
+    }
+  };
+  const int64_t batch = config.data.global_batch_size;
+  check(config.data.files, "data.files", batch, "data.global_batch_size");
+  check(config.data.eval_files, "data.eval_files", config.run.eval_batches * batch,
+        "run.eval_batches x data.global_batch_size");
+}
+
+}  // namespace hetpar

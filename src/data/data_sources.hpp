@@ -1,0 +1,22 @@
+// Where a training run's samples come from: the batch files of data.files
+// (data/file_dataset.hpp) or the synthetic data (data/synthetic_data.hpp);
+// and its held-out evaluation's (run.eval_every): data.eval_files, or the
+// synthetic data's held-out stream.
+#pragma once
+
+#include <memory>
+
+#include "config/run_config.hpp"
+#include "data/batch_source.hpp"
+
+namespace hetpar {
+
+std::unique_ptr<BatchSource> training_data(const RunConfig& config, const at::Device& device);
+std::unique_ptr<BatchSource> held_out_data(const RunConfig& config, const at::Device& device);
+
+// Before any rank starts: data.files and data.eval_files open, their headers
+// fit the model, and they hold a step's samples (the held-out files every
+// evaluation's); throws ConfigError naming the key otherwise.
+void check_data_files(const RunConfig& config);
+
+}  // namespace hetpar

@@ -1,0 +1,133 @@
+#include "data/file_dataset.hpp"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <numeric>
+#include <random>
+#include <stdexcept>
+
+#include "data/batch_file_rows.hpp"
+
+namespace hetpar {
+namespace {
+
+const SafetensorsEntry& entry(const SafetensorsHeader& header, const std::string& path, const char* name) {
+  const auto it = header.entries.find(name);
+  if (it == header.entries.end()) throw std::runtime_error(path + ": no tensor " + name);
+  return it->second;
+}
+
+std::vector<std::string> batch_files(const std::string& dir) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) throw std::runtime_error(dir + ": not a directory of batch files");
+  std::vector<std::string> paths;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    if (e.path().extension() == ".safetensors" && e.is_regular_file()) paths.push_back(e.path().string());
+  }
+  if (ec) throw std::runtime_error(dir + ": " + ec.message());
+  if (paths.empty()) throw std::runtime_error(dir + ": holds no *.safetensors batch file");
+  std::sort(paths.begin(), paths.end());
+  return paths;
+}
+
+}  // namespace
+
+FileDataset::FileDataset(const std::string& dir, const RunConfig& config, const at::Device& device, bool shuffle,
+                         uint64_t seed)
+    : BatchSource(config.encoder, config.llm, config.data.global_batch_size, device), dir_(dir), config_(config),
+      shuffle_(shuffle), seed_(seed) {
+  for (const std::string& path : batch_files(dir)) {
+    Shard shard{path, read_safetensors_header(path)};
+    const SafetensorsEntry& ids = entry(shard.header, path, "input_ids");
+    check_batch_shapes(ids.shape, entry(shard.header, path, "labels").shape,
+                       entry(shard.header, path, "pixel_values").shape, config, path);
+    for (const char* name : {"input_ids", "labels"}) {
+      const at::ScalarType type = entry(shard.header, path, name).dtype;
+      if (type != at::kLong && type != at::kInt) {
+        throw std::runtime_error(fmt::format("{}: {} must hold integers (int64 or int32), not {}", path, name,
+                                             c10::toString(type)));
+      }
+    }
+    const at::ScalarType pixels = entry(shard.header, path, "pixel_values").dtype;
+    if (!at::isFloatingType(pixels)) {
+      throw std::runtime_error(fmt::format("{}: pixel_values must hold floats, not {}", path, c10::toString(pixels)));
+    }
+    shard.first = samples_;
+    shard.samples = ids.shape[0];
+    samples_ += shard.samples;
+    if (shard.samples > 0) shards_.push_back(std::move(shard));
+  }
+  if (samples_ == 0) throw std::runtime_error(dir + ": its batch files hold no sample");
+}
+
+const std::vector<int64_t>& FileDataset::epoch_order(int64_t epoch) const {
+  auto it = orders_.find(epoch);
+  if (it != orders_.end()) return it->second;
+  std::vector<int64_t> order(static_cast<size_t>(samples_));
+  std::iota(order.begin(), order.end(), 0);
+  std::seed_seq seq{static_cast<uint32_t>(seed_), static_cast<uint32_t>(seed_ >> 32), static_cast<uint32_t>(epoch),
+                    static_cast<uint32_t>(epoch >> 32)};
+  std::mt19937_64 rng(seq);
+  std::shuffle(order.begin(), order.end(), rng);
+  while (orders_.size() >= 2) orders_.erase(orders_.begin());  // a step spans at most two epochs
+  return orders_.emplace(epoch, std::move(order)).first->second;
+}
+
+FileDataset::Place FileDataset::place(int64_t step, int64_t sample) const {
+  if (step < 1 || sample < 0 || sample >= global_batch_size_) {
+    throw std::logic_error(fmt::format("sample {} of step {} is not in the dataset's steps", sample, step));
+  }
+  const int64_t position = (step - 1) * global_batch_size_ + sample;
+  const int64_t epoch = position / samples_, within = position % samples_;
+  const int64_t index = shuffle_ ? epoch_order(epoch)[static_cast<size_t>(within)] : within;
+  const auto shard = std::upper_bound(shards_.begin(), shards_.end(), index,
+                                      [](int64_t i, const Shard& s) { return i < s.first; }) - 1;
+  return {&*shard, index - shard->first};
+}
+
+const std::vector<int64_t>& FileDataset::first_images(const Shard& shard) const {
+  if (!shard.first_image.empty()) return shard.first_image;
+  const at::Tensor ids =
+      read_safetensors_rows(shard.path, shard.header, "input_ids", 0, shard.samples).to(at::kLong).contiguous();
+  const int64_t length = ids.size(1), tpi = config_.encoder.tokens_per_image();
+  const int64_t* id = ids.data_ptr<int64_t>();
+  std::vector<int64_t> first(static_cast<size_t>(shard.samples));
+  int64_t total = 0;
+  for (int64_t b = 0; b < shard.samples; ++b) {
+    first[static_cast<size_t>(b)] = total;
+    total += std::count(id + b * length, id + (b + 1) * length, config_.llm.image_token_id) / tpi;
+  }
+  const int64_t pixels = entry(shard.header, shard.path, "pixel_values").shape[0];
+  if (total != pixels) {
+    throw std::runtime_error(fmt::format("{}: {} image placeholders (token {}) but {} images of {} tokens",
+                                         shard.path, total * tpi, config_.llm.image_token_id, pixels, tpi));
+  }
+  shard.first_image = std::move(first);
+  return shard.first_image;
+}
+
+SampleText FileDataset::text(int64_t step, int64_t sample) const {
+  const Place at = place(step, sample);
+  const Shard& s = *at.shard;
+  const at::Tensor ids = read_safetensors_rows(s.path, s.header, "input_ids", at.row, 1).to(at::kLong).contiguous();
+  const at::Tensor labels = read_safetensors_rows(s.path, s.header, "labels", at.row, 1).to(at::kLong).contiguous();
+  return sample_from_rows(ids.data_ptr<int64_t>(), labels.data_ptr<int64_t>(), ids.size(1), config_,
+                          fmt::format("{}: sample {}", s.path, at.row));
+}
+
+at::Tensor FileDataset::image(int64_t step, int64_t sample, int index, int /*image_class*/) const {
+  const Place at = place(step, sample);
+  const int64_t first = first_images(*at.shard)[static_cast<size_t>(at.row)];
+  return read_safetensors_rows(at.shard->path, at.shard->header, "pixel_values", first + index, 1)[0].to(at::kFloat);
+}
+
+std::string FileDataset::description() const {
+  const double steps = static_cast<double>(samples_) / static_cast<double>(global_batch_size_);
+  return fmt::format("{} samples in {} batch files of {}, {:.3g} steps an epoch, {}", samples_, shards_.size(), dir_,
+                     steps, shuffle_ ? "each epoch shuffled" : "in the files' order");
+}
+
+}  // namespace hetpar

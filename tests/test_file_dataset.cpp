@@ -1,0 +1,270 @@
+// Training samples from a directory of batch files (data.files): steps walk
+// the files' samples in order or in a per-epoch shuffle, reading only the
+// rows they need; bad files are named; and a run on files holding the
+// synthetic data's samples is the synthetic run to the bit, under a
+// heterogeneous layout, held-out evaluation included.
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "config/config_error.hpp"
+#include "data/data_sources.hpp"
+#include "data/file_dataset.hpp"
+#include "data/synthetic_data.hpp"
+#include "io/safetensors.hpp"
+#include "tests/dist_harness.hpp"
+
+namespace hetpar::test {
+namespace {
+
+const std::string kHetpar = HETPAR_BINARY;
+const std::string kTiny = HETPAR_SOURCE_DIR "/workloads/tiny.toml";
+
+std::string fresh_dir(const std::string& tag) {
+  const std::string dir = ::testing::TempDir() + "/file_dataset_" + tag + "_" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+// Samples as a batch file holds them: transformers' unshifted labels.
+struct FileSample {
+  std::vector<int64_t> ids, labels;
+  std::vector<at::Tensor> images;  // [C, H, W] each
+};
+
+void write_batch_file(const std::string& path, const std::vector<FileSample>& samples, const RunConfig& c) {
+  const auto length = static_cast<int64_t>(samples.at(0).ids.size());
+  at::Tensor ids = at::empty({static_cast<int64_t>(samples.size()), length}, at::kLong);
+  at::Tensor labels = at::empty_like(ids);
+  std::vector<at::Tensor> images;
+  for (size_t b = 0; b < samples.size(); ++b) {
+    std::copy(samples[b].ids.begin(), samples[b].ids.end(), ids[b].data_ptr<int64_t>());
+    std::copy(samples[b].labels.begin(), samples[b].labels.end(), labels[b].data_ptr<int64_t>());
+    images.insert(images.end(), samples[b].images.begin(), samples[b].images.end());
+  }
+  const at::Tensor pixels = images.empty() ? at::empty({0, c.encoder.channels, c.encoder.image_size, c.encoder.image_size})
+                                           : at::stack(images);
+  write_safetensors(path, {{"input_ids", ids}, {"labels", labels}, {"pixel_values", pixels}});
+}
+
+// Sample `n` of a hand-made dataset: its number in the first text token, `images` images of value n + i.
+FileSample numbered(int64_t n, int images, const RunConfig& c) {
+  FileSample s;
+  const int64_t tpi = c.encoder.tokens_per_image();
+  s.ids = {1, 10 + n};
+  for (int i = 0; i < images; ++i) {
+    s.ids.insert(s.ids.end(), tpi, c.llm.image_token_id);
+    s.images.push_back(at::full({c.encoder.channels, c.encoder.image_size, c.encoder.image_size}, double(n) + i * 0.5));
+  }
+  while (static_cast<int64_t>(s.ids.size()) < 40) s.ids.push_back(200);
+  s.labels = s.ids;
+  s.labels[0] = -100;
+  return s;
+}
+
+RunConfig tiny_config(int64_t global_batch) {
+  return load_run_config(kTiny, {"data.global_batch_size=" + std::to_string(global_batch)});
+}
+
+// Three files of 3, 2 and 4 samples (9 in all), sample n holding n % 3 images.
+std::string numbered_dataset(const std::string& tag, const RunConfig& c) {
+  const std::string dir = fresh_dir(tag);
+  int64_t n = 0;
+  for (const auto& [name, count] : {std::pair{"a.safetensors", 3}, std::pair{"b.safetensors", 2}, std::pair{"c.safetensors", 4}}) {
+    std::vector<FileSample> samples;
+    for (int i = 0; i < count; ++i, ++n) samples.push_back(numbered(n, static_cast<int>(n % 3), c));
+    write_batch_file(dir + "/" + name, samples, c);
+  }
+  std::ofstream(dir + "/notes.txt") << "not a batch file: left out\n";
+  return dir;
+}
+
+int64_t number_of(const SampleText& t) { return t.ids.at(1) - 10; }
+
+TEST(FileDataset, StepsWalkTheFilesInOrderAndRunOnIntoTheNextEpoch) {
+  const RunConfig c = tiny_config(4);
+  const FileDataset data(numbered_dataset("order", c), c, at::kCPU, /*shuffle=*/false, 1);
+  EXPECT_EQ(data.samples(), 9);
+  EXPECT_EQ(data.files(), 3);
+  std::vector<int64_t> seen;
+  for (int64_t step = 1; step <= 3; ++step) {
+    for (int64_t i = 0; i < 4; ++i) seen.push_back(number_of(data.text(step, i)));
+  }
+  EXPECT_EQ(seen, (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 0, 1, 2}));
+  // Pre-shifted targets, padded to llm.seq_len with no target.
+  const SampleText t = data.text(1, 2);
+  ASSERT_EQ(static_cast<int64_t>(t.ids.size()), c.llm.seq_len);
+  EXPECT_EQ(t.targets[0], 12);
+  EXPECT_EQ(t.ids[50], 0);
+  EXPECT_EQ(t.targets[39], -100);
+  EXPECT_EQ(t.image_classes.size(), 2u);
+  // Sample 5 (file b's second) holds two images: pixel rows 1 and 2 of its file.
+  EXPECT_TRUE(at::equal(data.image(2, 1, 0, 0), at::full({3, 32, 32}, 5.0f)));
+  EXPECT_TRUE(at::equal(data.image(2, 1, 1, 0), at::full({3, 32, 32}, 5.5f)));
+  const MicroBatch batch = data.micro_batch(2, 0, 4);  // samples 4..7: 1 + 2 + 0 + 1 images
+  EXPECT_EQ(batch.images, 4);
+  EXPECT_TRUE(at::equal(batch.pixels[3], at::full({3, 32, 32}, 7.0f)));
+}
+
+TEST(FileDataset, ShuffledEpochsArePermutationsDrawnFromTheSeed) {
+  const RunConfig c = tiny_config(4);
+  const std::string dir = numbered_dataset("shuffle", c);
+  const FileDataset data(dir, c, at::kCPU, /*shuffle=*/true, 7), again(dir, c, at::kCPU, true, 7),
+      other_seed(dir, c, at::kCPU, true, 8);
+  std::vector<int64_t> order, other;
+  for (int64_t step = 1; step <= 9; ++step) {  // 36 samples: four epochs
+    for (int64_t i = 0; i < 4; ++i) {
+      order.push_back(number_of(data.text(step, i)));
+      EXPECT_EQ(order.back(), number_of(again.text(step, i)));
+      other.push_back(number_of(other_seed.text(step, i)));
+    }
+  }
+  std::vector<std::vector<int64_t>> epochs;
+  for (size_t e = 0; e < 4; ++e) {
+    epochs.emplace_back(order.begin() + e * 9, order.begin() + (e + 1) * 9);
+    std::vector<int64_t> sorted = epochs.back();
+    std::sort(sorted.begin(), sorted.end());
+    EXPECT_EQ(sorted, (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8})) << "epoch " << e;
+  }
+  EXPECT_NE(epochs[0], epochs[1]);
+  EXPECT_NE(order, other);
+  // Images follow their samples wherever the shuffle puts them.
+  for (int64_t i = 0; i < 4; ++i) {
+    const int64_t n = number_of(data.text(3, i));
+    if (n % 3 > 0) EXPECT_TRUE(at::equal(data.image(3, i, 0, 0), at::full({3, 32, 32}, float(n))));
+  }
+}
+
+// `what` happens to the error's text.
+void expect_error(const std::function<void()>& run, const std::string& what) {
+  try {
+    run();
+    ADD_FAILURE() << "no error; expected one saying " << what;
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+  }
+}
+
+TEST(FileDataset, BadDirectoriesAndFilesAreNamed) {
+  const RunConfig c = tiny_config(4);
+  const std::string empty = fresh_dir("empty");
+  expect_error([&] { FileDataset(empty + "/missing", c, at::kCPU, false, 1); }, "missing: not a directory of batch files");
+  expect_error([&] { FileDataset(empty, c, at::kCPU, false, 1); }, "holds no *.safetensors batch file");
+  // Images of another size: refused from the header, before any sample is read.
+  const std::string small = fresh_dir("small_images");
+  RunConfig other = c;
+  other.encoder.image_size = 16;
+  write_batch_file(small + "/a.safetensors", {numbered(0, 1, other)}, other);
+  expect_error([&] { FileDataset(small, c, at::kCPU, false, 1); }, "pixel_values has shape [1, 3, 16, 16], expected [images, 3, 32, 32]");
+  // A broken placeholder run: named by file and sample when the sample is read.
+  const std::string broken = fresh_dir("broken_run");
+  FileSample bad = numbered(1, 1, c);
+  bad.ids[5] = 300;
+  write_batch_file(broken + "/a.safetensors", {numbered(0, 0, c), bad, numbered(2, 0, c), numbered(3, 0, c)}, c);
+  const FileDataset data(broken, c, at::kCPU, false, 1);
+  EXPECT_EQ(number_of(data.text(1, 0)), 0);
+  expect_error([&] { data.text(1, 1); }, "a.safetensors: sample 1: the image placeholders (token 2) at positions 4 and 6 break a run of 16");
+  // More images than placeholders: named when the file's images are first looked up.
+  const std::string extra = fresh_dir("extra_image");
+  FileSample more = numbered(0, 1, c);
+  more.images.push_back(more.images[0]);
+  write_batch_file(extra + "/a.safetensors", {more}, c);
+  const FileDataset with_extra(extra, c, at::kCPU, false, 1);
+  expect_error([&] { with_extra.image(1, 0, 0, 0); }, "16 image placeholders (token 2) but 2 images of 16 tokens");
+}
+
+TEST(FileDataset, TooFewSamplesForAStepIsAConfigError) {
+  RunConfig c = tiny_config(16);
+  c.data.files = numbered_dataset("too_few", c);
+  try {
+    check_data_files(c);
+    FAIL() << "accepted 9 samples for a batch of 16";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.key(), "data.files");
+    EXPECT_NE(e.reason().find("holds 9 samples in 3 files, fewer than data.global_batch_size = 16"), std::string::npos)
+        << e.what();
+  }
+}
+
+// The synthetic data's samples of steps 1..steps, written as batch files of
+// `per_file` samples each (the last file shorter).
+void write_synthetic_steps(const std::string& dir, const RunConfig& c, DataStream stream, int64_t steps, int per_file) {
+  const SyntheticData synthetic(c.encoder, c.llm, c.data, static_cast<uint64_t>(c.run.seed), at::kCPU, stream);
+  std::vector<FileSample> samples;
+  int file = 0;
+  const auto flush = [&] {
+    write_batch_file(fmt::format("{}/part_{:03d}.safetensors", dir, file++), samples, c);
+    samples.clear();
+  };
+  for (int64_t step = 1; step <= steps; ++step) {
+    for (int64_t i = 0; i < c.data.global_batch_size; ++i) {
+      const SampleText t = synthetic.text(step, i);
+      FileSample s{t.ids, std::vector<int64_t>(t.ids.size(), -100)};
+      for (size_t p = 0; p + 1 < t.targets.size(); ++p) s.labels[p + 1] = t.targets[p];
+      for (size_t k = 0; k < t.image_classes.size(); ++k) {
+        s.images.push_back(synthetic.image(step, i, static_cast<int>(k), t.image_classes[k]));
+      }
+      samples.push_back(std::move(s));
+      if (static_cast<int>(samples.size()) == per_file) flush();
+    }
+  }
+  if (!samples.empty()) flush();
+}
+
+std::vector<nlohmann::json> run_steps(const std::string& tag, const std::string& sets) {
+  const std::string out = fresh_dir(tag);
+  const auto [code, output] = run_command(kHetpar + " train " + kTiny + " --set run.steps=6 --set data.global_batch_size=4 "
+                                          "--set data.micro_batch_size=1 --set run.eval_every=3 " + sets + " --out " + out);
+  EXPECT_EQ(code, 0) << output;
+  std::vector<nlohmann::json> steps;
+  std::ifstream file(out + "/steps.jsonl");
+  for (std::string line; std::getline(file, line);) steps.push_back(nlohmann::json::parse(line));
+  return steps;
+}
+
+TEST(TrainingOnFiles, TheSyntheticSamplesAsFilesTrainAsTheSyntheticDataToTheBit) {
+  RunConfig c = load_run_config(kTiny, {"data.global_batch_size=4"});
+  const std::string train_dir = fresh_dir("synthetic_train"), eval_dir = fresh_dir("synthetic_eval");
+  write_synthetic_steps(train_dir, c, DataStream::kTraining, 6, 5);
+  write_synthetic_steps(eval_dir, c, DataStream::kHeldOut, 1, 4);
+  const std::string layout = "--set layout.placement=non-colocated --set layout.encoder.dp=2 --set layout.llm.pp=2";
+  const auto synthetic = run_steps("run_synthetic", layout);
+  const auto files = run_steps("run_files", layout + " --set data.shuffle=false --set data.files=" + train_dir +
+                                                " --set data.eval_files=" + eval_dir);
+  ASSERT_EQ(synthetic.size(), 6u);
+  ASSERT_EQ(files.size(), 6u);
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_EQ(files[i]["loss"].get<double>(), synthetic[i]["loss"].get<double>()) << "step " << i + 1;
+    EXPECT_EQ(files[i]["grad_norm"].get<double>(), synthetic[i]["grad_norm"].get<double>()) << "step " << i + 1;
+    ASSERT_EQ(files[i].contains("eval_loss"), (i + 1) % 3 == 0);
+    if ((i + 1) % 3 == 0) EXPECT_EQ(files[i]["eval_loss"].get<double>(), synthetic[i]["eval_loss"].get<double>());
+  }
+  // Shuffled, the same samples in another order: another curve.
+  const auto shuffled = run_steps("run_shuffled", layout + " --set data.files=" + train_dir + " --set data.eval_files=" + eval_dir);
+  ASSERT_EQ(shuffled.size(), 6u);
+  EXPECT_NE(shuffled[0]["loss"].get<double>(), synthetic[0]["loss"].get<double>());
+}
+
+TEST(TrainingOnFiles, BadDataSettingsExitTwoBeforeAnyRankStarts) {
+  const std::string base = kHetpar + " train " + kTiny + " --set run.steps=2 --out " + fresh_dir("bad_settings") + "/run";
+  auto [code, out] = run_command(base + " --set data.files=/nonexistent/shards");
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("data.files: /nonexistent/shards: not a directory of batch files"), std::string::npos) << out;
+  EXPECT_EQ(out.find("launching"), std::string::npos) << out;
+  std::tie(code, out) = run_command(base + " --set data.files=/tmp --set run.eval_every=1");
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("data.eval_files: must name held-out batch files"), std::string::npos) << out;
+  std::tie(code, out) = run_command(base + " --set data.eval_files=/tmp");
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("data.eval_files: is read only with run.eval_every > 0"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace hetpar::test
