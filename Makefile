@@ -50,8 +50,9 @@ hetpar: configure
 
 # The main job: this machine's primitives (hetpar calibrate, ~80 s), then the
 # default sweep, measured anew each time (--fresh), each run's step time
-# predicted from that profile beside it; it prints its report and where its
-# figures and tables are. Three rounds of short runs rather than one of long
+# predicted from that profile beside it, and each run's held-out loss after
+# its last step compared with its baseline's; it prints its report and where
+# its figures and tables are. Three rounds of short runs rather than one of long
 # ones: on a shared machine whole runs move (one point's runs 2.5-3.6 s a
 # step), so only repeats give the speed-ups an interval (sweep/speedup_noise).
 PROFILE ?= results/profile.json
@@ -60,7 +61,7 @@ RUN_STEPS ?= 5
 run: hetpar
 	$(BUILD)/hetpar calibrate --out $(PROFILE)
 	$(BUILD)/hetpar sweep $(SWEEP) --out $(RESULTS) --fresh --profile $(PROFILE) --repeat $(RUN_REPEAT) \
-	  --set run.steps=$(RUN_STEPS)
+	  --set run.steps=$(RUN_STEPS) --set run.eval_every=$(RUN_STEPS)
 
 # Redraw the figures of a results directory.
 plots: deps

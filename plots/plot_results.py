@@ -258,8 +258,9 @@ def fig_speedup(runs, by_id):
     return fig
 
 
-def read_losses(results_dir, run):
-    """{step: loss} from a run's steps.jsonl; None when it cannot be read."""
+def read_losses(results_dir, run, key="loss"):
+    """{step: loss} from a run's steps.jsonl (key "eval_loss": its held-out
+    evaluations only); None when it cannot be read."""
     if not run or not run.get("run_dir"):
         return None
     try:
@@ -270,7 +271,8 @@ def read_losses(results_dir, run):
     for line in lines:
         try:
             record = json.loads(line)
-            losses[int(record["step"])] = float(record["loss"])
+            if key in record:
+                losses[int(record["step"])] = float(record[key])
         except (ValueError, KeyError, TypeError):
             continue
     return losses
@@ -288,14 +290,23 @@ def fig_loss_curves(runs, by_id, results_dir):
         ours, theirs = read_losses(results_dir, point), read_losses(results_dir, base)
         rel_diff = num(point.get("loss_max_rel_diff"))
         parity = {True: "parity ok", False: "PARITY FAILED"}.get(point.get("loss_parity_ok"), "")
+        eval_diff = num(point.get("eval_loss_max_rel_diff"))
+        held_out = f", held-out {eval_diff:.1e}" if point.get("eval_loss_max_rel_diff") is not None else ""
         top.set_title(textwrap.fill(str(point.get("label") or point.get("run_id")), 34)
-                      + f"\nmax rel diff {rel_diff:.1e} {parity}", fontsize=8)
+                      + f"\nmax rel diff {rel_diff:.1e}{held_out} {parity}", fontsize=8)
         # The baseline is drawn wide underneath so it stays visible where the curves coincide.
         for losses, name, width, c in ((theirs, "uniform baseline", 4.0, PLACEMENT_COLORS["uniform"]),
                                        (ours, "point", 1.3, color(point))):
             if losses:
                 steps = sorted(losses)
                 top.plot(steps, [losses[s] for s in steps], color=c, label=name, lw=width, alpha=0.9)
+        # Held-out losses (run.eval_every) as markers at the steps they were evaluated after.
+        for run, name, marker, size, c in ((base, "baseline held-out", "D", 7, PLACEMENT_COLORS["uniform"]),
+                                           (point, "point held-out", "x", 6, color(point))):
+            held = read_losses(results_dir, run, "eval_loss")
+            if held:
+                steps = sorted(held)
+                top.plot(steps, [held[s] for s in steps], marker, ms=size, color=c, ls="none", label=name)
         if ours or theirs:
             top.legend(fontsize=7)
         for ax in (top, bottom):
@@ -398,7 +409,7 @@ def fmt(value, spec, none="—"):
 
 def summary_markdown(runs, by_id):
     header = ["label", "placement", "world", "TFLOPS/GPU", "speedup", "tokens/s",
-              "speedup_tokens", "loss max rel diff", "parity ok"]
+              "speedup_tokens", "loss max rel diff", "held-out max rel diff", "parity ok"]
     rows = []
     for r in runs:
         point = is_point(r)
@@ -409,6 +420,7 @@ def summary_markdown(runs, by_id):
                      fmt(r.get("tokens_per_second"), ",.0f"),
                      fmt(speedup(r, by_id, "tokens_per_second"), ".2f×") if point else "baseline",
                      fmt(r.get("loss_max_rel_diff"), ".1e"),
+                     fmt(r.get("eval_loss_max_rel_diff"), ".1e"),
                      {True: "yes", False: "**no**"}.get(r.get("loss_parity_ok"), "—")])
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]

@@ -50,7 +50,7 @@ const std::vector<std::string> kFixedHeader = {
     "predicted_step_seconds", "prediction_error",
     "tflops_per_gpu", "mfu", "tokens_per_second", "image_tokens_per_second", "samples_per_second",
     "peak_memory_mib", "predicted_peak_memory_mib", "memory_prediction_error",
-    "peak_tensor_mib", "predicted_tensor_mib", "tensor_prediction_error", "speedup_tflops", "speedup_tokens", "loss_max_rel_diff", "loss_parity_ok",
+    "peak_tensor_mib", "predicted_tensor_mib", "tensor_prediction_error", "speedup_tflops", "speedup_tokens", "loss_max_rel_diff", "eval_loss_max_rel_diff", "loss_parity_ok",
     "run_dir", "commit", "hetpar_version", "torch_version", "device", "device_count",
     "backend", "ranks_per_core", "seed", "workload"};
 
@@ -320,6 +320,7 @@ TEST(PointRepeats, PoolTheMediansOfTheRuns) {
     r["tflops_per_gpu"] = tflops[i];
     r["peak_memory_mib"] = memory[i];
     r["loss_max_rel_diff"] = loss[i];
+    r["eval_loss_max_rel_diff"] = loss[2 - i] / 10;  // held-out: the worst run's, 3e-7
     r["loss_parity_ok"] = i != 1;
     r["phases"] = {{"llm_forward", llm[i]}};
     r["timed_steps"] = 8;
@@ -333,6 +334,7 @@ TEST(PointRepeats, PoolTheMediansOfTheRuns) {
   EXPECT_DOUBLE_EQ(pooled["tokens_per_second"].get<double>(), 20.0);
   EXPECT_DOUBLE_EQ(pooled["peak_memory_mib"].get<double>(), 7.0);
   EXPECT_DOUBLE_EQ(pooled["loss_max_rel_diff"].get<double>(), 3e-6);
+  EXPECT_DOUBLE_EQ(pooled["eval_loss_max_rel_diff"].get<double>(), 3e-7);
   EXPECT_FALSE(pooled["loss_parity_ok"].get<bool>());
   EXPECT_DOUBLE_EQ(pooled["phases"]["llm_forward"].get<double>(), 0.2);
   EXPECT_EQ(pooled["timed_steps"], 24);

@@ -58,7 +58,8 @@ TEST(Sweep, RunsResumesAfterAKillAndWritesEverything) {
     const std::string log = ::testing::TempDir() + "/sweep_e2e_first_" + std::to_string(getpid()) + ".log";
     freopen(log.c_str(), "w", stdout);
     freopen(log.c_str(), "a", stderr);
-    execl(HETPAR_BINARY, HETPAR_BINARY, "sweep", sweep.c_str(), "--out", out.c_str(), "--no-plots", nullptr);
+    execl(HETPAR_BINARY, HETPAR_BINARY, "sweep", sweep.c_str(), "--out", out.c_str(), "--no-plots", "--set",
+          "run.eval_every=3", nullptr);
     _exit(127);
   }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(150);
@@ -75,7 +76,9 @@ TEST(Sweep, RunsResumesAfterAKillAndWritesEverything) {
   }
   EXPECT_EQ(processes_mentioning(out + "/runs"), 0);
 
-  const auto [code, output] = run_command(std::string(HETPAR_BINARY) + " sweep " + sweep + " --out " + out);
+  // Held-out losses after each run's last step (of 3), compared with the baseline's.
+  const auto [code, output] =
+      run_command(std::string(HETPAR_BINARY) + " sweep " + sweep + " --out " + out + " --set run.eval_every=3");
   ASSERT_EQ(code, 0) << output;
   EXPECT_NE(output.find("resuming: 1 runs already finished"), std::string::npos) << output;
   const std::vector<std::string> after = lines_of(out + "/results.jsonl");
@@ -92,6 +95,8 @@ TEST(Sweep, RunsResumesAfterAKillAndWritesEverything) {
     if (record["role"] == "point") {
       EXPECT_EQ(record["baseline_id"], "b001");
       EXPECT_LE(record["loss_max_rel_diff"].get<double>(), 1e-5) << line;
+      EXPECT_LE(record["eval_loss_max_rel_diff"].get<double>(), 1e-5) << line;
+      EXPECT_EQ(record["eval_loss_compared_steps"].get<int>(), 1) << line;
       EXPECT_TRUE(record["loss_parity_ok"].get<bool>());
       EXPECT_GT(record["speedup_tflops"].get<double>(), 0);
     }
@@ -100,13 +105,14 @@ TEST(Sweep, RunsResumesAfterAKillAndWritesEverything) {
 
   const std::vector<std::string> csv = lines_of(out + "/results.csv");
   ASSERT_EQ(csv.size(), 4u);
-  for (const char* column : {"run_id", "tflops_per_gpu", "tokens_per_second", "mfu", "loss_max_rel_diff",
+  for (const char* column : {"run_id", "tflops_per_gpu", "tokens_per_second", "mfu", "loss_max_rel_diff", "eval_loss_max_rel_diff",
                              "axis.placement", "phase.llm_forward", "phase.wait", "commit", "device"}) {
     EXPECT_NE(csv[0].find(column), std::string::npos) << column << " missing from " << csv[0];
   }
   std::string report;
   for (const std::string& line : lines_of(out + "/report.md")) report += line + "\n";
   EXPECT_NE(report.find("every point held it"), std::string::npos) << report;
+  EXPECT_NE(report.find("Held-out losses: 2 points evaluated beside their baselines"), std::string::npos) << report;
   for (const char* figure : {"tflops_per_gpu", "speedup_vs_encoder", "loss_curves", "phase_breakdown"}) {
     for (const char* ext : {".png", ".svg"}) {
       const std::string file = out + "/plots/" + figure + ext;

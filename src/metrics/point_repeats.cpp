@@ -67,6 +67,9 @@ void pool_extremes(json& out, const std::vector<const json*>& runs) {
   for (const char* field : {"peak_memory_mib", "peak_tensor_mib"}) {
     if (const std::vector<double> v = numbers(runs, field); !v.empty()) out[field] = *std::max_element(v.begin(), v.end());
   }
+  if (const std::vector<double> v = numbers(runs, "eval_loss_max_rel_diff"); !v.empty()) {
+    out["eval_loss_max_rel_diff"] = *std::max_element(v.begin(), v.end());
+  }
   if (const std::vector<double> v = numbers(runs, "loss_max_rel_diff"); !v.empty()) {
     out["loss_max_rel_diff"] = *std::max_element(v.begin(), v.end());
     bool held = true;

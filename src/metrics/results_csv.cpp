@@ -18,14 +18,15 @@ using nlohmann::json;
 
 // The scalar fields of a result record, in the order a reader expects them:
 // identity first, then what ran, then the measurements, then provenance.
-constexpr std::array<std::string_view, 43> kScalarColumns = {
+constexpr std::array<std::string_view, 44> kScalarColumns = {
     "run_id", "role", "baseline_id", "status", "error", "diverged_step", "label",
     "placement", "layout_encoder", "layout_llm", "encoder_name", "world_size",
     "flops_per_step", "step_seconds_median", "step_seconds_p10", "step_seconds_p90",
     "predicted_step_seconds", "prediction_error",
     "tflops_per_gpu", "mfu", "tokens_per_second", "image_tokens_per_second", "samples_per_second",
     "peak_memory_mib", "predicted_peak_memory_mib", "memory_prediction_error",
-    "peak_tensor_mib", "predicted_tensor_mib", "tensor_prediction_error", "speedup_tflops", "speedup_tokens", "loss_max_rel_diff", "loss_parity_ok",
+    "peak_tensor_mib", "predicted_tensor_mib", "tensor_prediction_error", "speedup_tflops", "speedup_tokens", "loss_max_rel_diff", "eval_loss_max_rel_diff",
+    "loss_parity_ok",
     "run_dir", "commit", "hetpar_version", "torch_version", "device", "device_count",
     "backend", "ranks_per_core", "seed", "workload"};
 

@@ -208,9 +208,21 @@ SweepVerdict sweep_report(const std::vector<Json>& records, const SweepSpec& spe
   text += pipeline_bubbles(ok_rows);
   text += predictions(ok_rows);
   text += fmt::format("\nLoss parity (max relative difference of each point's loss curve from its baseline's, "
-                      "tolerance {:.0e}): {}\n", spec.loss_rtol,
+                      "and of its held-out losses where both evaluated, tolerance {:.0e}): {}\n", spec.loss_rtol,
                       parity_misses == 0 ? fmt::format("every point held it ({} points)", points)
                                          : fmt::format("{} of {} points did NOT hold it", parity_misses, points));
+  // The held-out side alone, where the runs evaluated (run.eval_every).
+  int held_out_points = 0;
+  double held_out_worst = 0;
+  for (const Json* r : ok_rows) {
+    if (r->value("role", "") != "point" || !r->contains("eval_loss_max_rel_diff")) continue;
+    ++held_out_points;
+    held_out_worst = std::max(held_out_worst, number(*r, "eval_loss_max_rel_diff"));
+  }
+  if (held_out_points > 0) {
+    text += fmt::format("Held-out losses: {} points evaluated beside their baselines, largest relative difference "
+                        "{:.2e}\n", held_out_points, held_out_worst);
+  }
   if (!failures.empty()) text += "\n## Not run or failed\n\n" + failures;
   return {text, failed == 0 && parity_misses == 0};
 }

@@ -146,12 +146,21 @@ void compare_with_baseline(nlohmann::json& point, const nlohmann::json& baseline
   };
   point["speedup_tflops"] = ratio("tflops_per_gpu");
   point["speedup_tokens"] = ratio("tokens_per_second");
-  const LossCurveDifference d = loss_curve_difference(read_steps(out_dir + "/" + point["run_dir"].get<std::string>()),
-                                                      read_steps(out_dir + "/" + baseline["run_dir"].get<std::string>()));
+  const std::vector<nlohmann::json> ours = read_steps(out_dir + "/" + point["run_dir"].get<std::string>());
+  const std::vector<nlohmann::json> theirs = read_steps(out_dir + "/" + baseline["run_dir"].get<std::string>());
+  const LossCurveDifference d = loss_curve_difference(ours, theirs);
   point["loss_max_rel_diff"] = d.max_rel;
   point["loss_compared_steps"] = d.compared;
   point["loss_rtol"] = rtol;
-  point["loss_parity_ok"] = d.compared > 0 && d.max_rel <= rtol;
+  bool parity = d.compared > 0 && d.max_rel <= rtol;
+  // Held-out losses (run.eval_every), where both evaluated: held to the same tolerance.
+  const LossCurveDifference held_out = loss_curve_difference(ours, theirs, "eval_loss");
+  if (held_out.compared > 0) {
+    point["eval_loss_max_rel_diff"] = held_out.max_rel;
+    point["eval_loss_compared_steps"] = held_out.compared;
+    parity = parity && held_out.max_rel <= rtol;
+  }
+  point["loss_parity_ok"] = parity;
 }
 
 std::string file_text(const std::string& path) {

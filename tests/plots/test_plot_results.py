@@ -113,6 +113,29 @@ def test_writes_every_figure_and_the_summary(results_dir):
     assert summary in done.stdout
 
 
+def test_held_out_losses_are_drawn_and_tabled(results_dir):
+    runs = [json.loads(line) for line in (results_dir / "results.jsonl").read_text().splitlines()]
+    for run in runs:
+        if run["run_id"] in ("b001", "p001"):
+            path = results_dir / run["run_dir"] / "steps.jsonl"
+            lines = [json.loads(line) for line in path.read_text().splitlines()]
+            lines[-1]["eval_loss"] = 5.25 if run["run_id"] == "b001" else 5.25 * (1 + 4e-8)
+            path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+        if run["run_id"] == "p001":
+            run["eval_loss_max_rel_diff"] = 4e-8
+    (results_dir / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in runs))
+    module = load_script()
+    assert module.read_losses(results_dir, runs[2], "eval_loss") == {5: 5.25}  # b001: step 5 only
+    assert module.read_losses(results_dir, runs[1], "eval_loss") == {}  # p002 never evaluated
+    done = plot(results_dir)
+    assert done.returncode == 0, done.stdout + done.stderr
+    svg = (results_dir / "plots" / "loss_curves.svg").read_text()
+    assert "baseline held-out" in svg and "point held-out" in svg
+    assert "held-out 4.0e-08" in svg
+    summary = (results_dir / "plots" / "summary.md").read_text()
+    assert "held-out max rel diff" in summary and "4.0e-08" in summary
+
+
 def test_exact_match_is_reported_not_plotted_on_log_scale(results_dir):
     done = plot(results_dir)
     assert done.returncode == 0, done.stdout + done.stderr
