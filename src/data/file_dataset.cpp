@@ -20,6 +20,8 @@ const SafetensorsEntry& entry(const SafetensorsHeader& header, const std::string
   return it->second;
 }
 
+}  // namespace
+
 std::vector<std::string> batch_files(const std::string& dir) {
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) throw std::runtime_error(dir + ": not a directory of batch files");
@@ -32,8 +34,6 @@ std::vector<std::string> batch_files(const std::string& dir) {
   std::sort(paths.begin(), paths.end());
   return paths;
 }
-
-}  // namespace
 
 FileDataset::FileDataset(const std::string& dir, const RunConfig& config, const at::Device& device, bool shuffle,
                          uint64_t seed)

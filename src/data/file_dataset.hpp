@@ -25,6 +25,10 @@
 
 namespace hetpar {
 
+// The batch files of `dir` in name order; throws naming `dir` when it is no
+// directory or holds none.
+std::vector<std::string> batch_files(const std::string& dir);
+
 class FileDataset : public BatchSource {
  public:
   // Throws std::runtime_error naming the directory or file when the directory

@@ -119,6 +119,42 @@ def test_transformers_reads_a_model_exported_under_pipeline_parallelism(model_di
     assert abs(eval_loss(tmp_path / "sharded", batch) - one_file) <= REL_TOL * abs(one_file)
 
 
+@pytest.fixture(scope="module")
+def batch_dir(batch, tmp_path_factory):
+    """The batch's two samples as two batch files of one sample each (1 and 2 images), and a file that is not one."""
+    tensors = load_file(str(batch))
+    root = tmp_path_factory.mktemp("batch_dir")
+    for name, rows, images in (("a.safetensors", slice(0, 1), slice(0, 1)), ("b.safetensors", slice(1, 2), slice(1, 3))):
+        save_file({"input_ids": tensors["input_ids"][rows].contiguous(), "labels": tensors["labels"][rows].contiguous(),
+                   "pixel_values": tensors["pixel_values"][images].contiguous()}, str(root / name))
+    (root / "notes.txt").write_text("not a batch file")
+    return root
+
+
+@pytest.mark.parametrize("sets, batches", [
+    (["data.global_batch_size=2"], 1),
+    (["data.global_batch_size=1"], 2),
+    (["data.global_batch_size=2", "layout.llm.pp=2"], 1),
+    (["data.global_batch_size=1", "layout.placement=non-colocated", "layout.encoder.dp=1"], 2),
+], ids=["one_step", "two_steps", "pp2", "non_colocated_two_steps"])
+def test_eval_of_a_directory_is_the_mean_over_all_its_target_tokens(model_dir, batch_dir, one_rank_loss, sets, batches):
+    """Split into files and steps, the samples give the loss of the one file: the mean over all their target tokens."""
+    done = hetpar("eval", RUN, "--init-hf", str(model_dir), "--batch", str(batch_dir),
+                  *[arg for s in sets for arg in ("--set", s)])
+    assert done.returncode == 0, done.stdout + done.stderr
+    loss = float(re.search(r"eval loss: (\S+)", done.stdout).group(1))
+    print(f"{' '.join(sets)}: {loss:.9g} (one file {one_rank_loss:.9g})")
+    assert abs(loss - one_rank_loss) <= 1e-6 * abs(one_rank_loss), (loss, one_rank_loss)
+    assert f"in {batches} batch(es) of {2 // batches} samples" in done.stdout, done.stdout
+
+
+def test_a_directory_with_too_few_samples_for_a_step_exits_two(model_dir, batch_dir):
+    done = hetpar("eval", RUN, "--init-hf", str(model_dir), "--batch", str(batch_dir))  # tiny.toml: 8 a step
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "2 samples in 2 files, fewer than data.global_batch_size = 8" in done.stderr, done.stderr
+    assert "launching" not in done.stdout
+
+
 def test_a_batch_the_layout_cannot_split_exits_two(model_dir, batch):
     """Two samples cannot fill four LLM replicas, nor two pipeline stages in each of two replicas."""
     for sets, message in ((["layout.llm.dp=4"], "data.global_batch_size: must be a multiple of data.micro_batch_size"),
