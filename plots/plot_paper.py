@@ -193,7 +193,9 @@ def csv_row(plan, path):
                                             for side, short in (("encoder", "enc"), ("llm", "llm"))) if entry else ""
         if entry.get("recompute"):
             layers = entry.get("recompute_layers") or 0  # 0: every layer
-            row[prefix + "layout"] += f" +recompute {layers}/stage" if layers else " +recompute"
+            modules = entry.get("recompute_modules") or "both"
+            which = "" if modules == "both" else f" {modules}"
+            row[prefix + "layout"] += f" +recompute{which} {layers}/stage" if layers else f" +recompute{which}"
         if placement == "non-colocated":
             row[prefix + "run_ahead"] = entry.get("run_ahead", "")
         for key in ENTRY_NUMBERS + ["speedup_tokens", "speedup_tflops"]:

@@ -155,6 +155,8 @@ const std::vector<BadInput> kBadInputs = {
     {.name = "eval_batches_zero", .run = "[run]\neval_batches = 0\n", .key = "run.eval_batches", .reason = "must be >= 1, got 0"},
     {.name = "eval_files_without_eval_every", .run = "[data]\neval_files = \"held_out\"\n", .key = "data.eval_files", .reason = "is read only with run.eval_every > 0, which is 0"},
     {.name = "training_files_without_held_out_files", .run = "[run]\nsteps = 4\neval_every = 2\n[data]\nfiles = \"train\"\n", .key = "data.eval_files", .reason = "must name held-out batch files when run.eval_every > 0"},
+    {.name = "recompute_modules_without_recompute", .run = "[run]\nrecompute_modules = \"llm\"\n", .key = "run.recompute_modules", .reason = "needs run.recompute = \"full\", got \"none\""},
+    {.name = "recompute_modules_unknown", .run = "[run]\nrecompute = \"full\"\nrecompute_modules = \"vision\"\n", .key = "run.recompute_modules", .reason = "must be one of both, llm, encoder"},
     {.name = "recompute_layers_without_recompute", .run = "[run]\nrecompute_layers = 2\n", .key = "run.recompute_layers", .reason = "needs run.recompute = \"full\", got \"none\""},
     {.name = "images_min_negative", .run = "[data]\nimages_min = -1\n", .key = "data.images_min", .reason = "must be >= 0, got -1"},
     {.name = "images_max_below_min", .run = "[data]\nimages_min = 3\nimages_max = 2\n", .key = "data.images_max", .reason = "must be >= data.images_min = 3, got 2"},

@@ -102,6 +102,10 @@ const MemoryCases kRecomputing = {
     {"activations_recompute", activation_heavy({"data.global_batch_size=16", "run.recompute=\"full\""})},
     {"activations_recompute_first",
      activation_heavy({"data.global_batch_size=16", "run.recompute=\"full\"", "run.recompute_layers=1"})},
+    {"activations_recompute_llm",
+     activation_heavy({"data.global_batch_size=16", "run.recompute=\"full\"", "run.recompute_modules=\"llm\""})},
+    {"activations_recompute_encoder",
+     activation_heavy({"data.global_batch_size=16", "run.recompute=\"full\"", "run.recompute_modules=\"encoder\""})},
     {"llm_pp2_recompute", {"layout.llm.pp=2", "run.recompute=\"full\""}},
     {"activations_dp2_recompute",
      activation_heavy({"data.global_batch_size=32", "layout.llm.dp=2", "run.recompute=\"full\""})}};

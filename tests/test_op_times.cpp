@@ -317,6 +317,13 @@ TEST(OpTimes, RecomputeAddsEachLayersForwardToItsBackward) {
   // As many as a stage holds, or more, are all of them.
   EXPECT_EQ(op_times(with("run.recompute=\"full\"", "run.recompute_layers=5"), profile).llm_backward[0],
             again.llm_backward[0]);
+  // run.recompute_modules: only the named module's layers run again.
+  const OpTimes llm_only = op_times(with("run.recompute=\"full\"", "run.recompute_modules=\"llm\""), profile);
+  EXPECT_EQ(llm_only.llm_backward[0], again.llm_backward[0]);
+  EXPECT_EQ(llm_only.encoder_backward[0], kept.encoder_backward[0]);
+  const OpTimes encoder_only = op_times(with("run.recompute=\"full\"", "run.recompute_modules=\"encoder\""), profile);
+  EXPECT_EQ(encoder_only.llm_backward[0], kept.llm_backward[0]);
+  EXPECT_EQ(encoder_only.encoder_backward[0], again.encoder_backward[0]);
 }
 
 TEST(OpTimes, MoreRanksThanCoresTakeTheCoresTimeForEveryonesCompute) {

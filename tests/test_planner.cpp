@@ -209,15 +209,16 @@ TEST(Planner, DropsWhatDoesNotFitAndSaysWhenNothingDoes) {
 TEST(Planner, RecomputeWhereNeededFitsMoreLayoutsWithTheFewestLayersRecomputed) {
   // Activations weigh more than the state; four layers a module leave room between none and all.
   const RunConfig base = tiny({"llm.seq_len=512", "llm.layers=4", "encoder.layers=4"});
-  const auto as_set = [&](const LayoutConfig& l, bool recompute, int64_t layers) {
+  const auto as_set = [&](const LayoutConfig& l, bool recompute, int64_t layers, const std::string& modules = "both") {
     RunConfig c = with_layout(base, l);
     c.placement = resolve_placement(l.placement, l.encoder, l.llm);
     c.run.recompute = recompute ? "full" : "none";
     c.run.recompute_layers = layers;
+    c.run.recompute_modules = recompute ? modules : "both";
     return c;
   };
-  const auto need = [&](const LayoutConfig& l, bool recompute, int64_t layers = 0) {
-    return fullest_rank(rank_memory(as_set(l, recompute, layers), MemoryAssumptions{4, 0})).total();
+  const auto need = [&](const LayoutConfig& l, bool recompute, int64_t layers = 0, const std::string& modules = "both") {
+    return fullest_rank(rank_memory(as_set(l, recompute, layers, modules), MemoryAssumptions{4, 0})).total();
   };
   std::vector<double> needs;
   for (const LayoutConfig& l : enumerate_layouts(base, 4, 2)) needs.push_back(need(l, false));
@@ -238,30 +239,53 @@ TEST(Planner, RecomputeWhereNeededFitsMoreLayoutsWithTheFewestLayersRecomputed) 
   std::map<std::string, double> step_as_given;
   for (const PlanCandidate& c : as_given.top) step_as_given[key(c.layout)] = c.step.seconds;
   int all_layers = 0, some_layers = 0;
+  std::map<std::string, int> by_modules;
   for (const PlanCandidate& c : chosen.top) {
     EXPECT_LE(c.memory_needed, memory) << key(c.layout);
     EXPECT_EQ(c.recompute, !step_as_given.count(key(c.layout))) << key(c.layout);
     if (!c.recompute) {
       EXPECT_EQ(c.recompute_layers, 0) << key(c.layout);
+      EXPECT_EQ(c.recompute_modules, "both") << key(c.layout);
       EXPECT_EQ(c.step.seconds, step_as_given[key(c.layout)]) << key(c.layout);
       continue;
     }
     EXPECT_GT(need(c.layout, false), memory) << key(c.layout);
     EXPECT_GT(c.step.seconds, predict_step_seconds(as_set(c.layout, false, 0), profile)) << key(c.layout);
+    ++by_modules[c.recompute_modules];
+    EXPECT_LE(need(c.layout, true, c.recompute_layers, c.recompute_modules), memory) << key(c.layout);
+    // Of the module choices that fit, the chosen one's step is bounded lowest.
+    const double chosen_bound = step_lower_bound(as_set(c.layout, true, c.recompute_layers, c.recompute_modules),
+                                                 estimate_ops(as_set(c.layout, true, c.recompute_layers, c.recompute_modules), profile), profile);
+    for (const char* other : {"llm", "encoder", "both"}) {
+      for (int64_t layers = 1; layers <= 4; ++layers) {
+        const int64_t as_config = layers == 4 ? 0 : layers;
+        const RunConfig o = as_set(c.layout, true, as_config, other);
+        if (need(c.layout, true, as_config, other) > memory) continue;
+        EXPECT_LE(chosen_bound, step_lower_bound(o, estimate_ops(o, profile), profile) * (1 + 1e-12))
+            << key(c.layout) << ": " << other << " " << layers;
+        break;  // its fewest layers that fit
+      }
+    }
     if (c.recompute_layers == 0) {
       ++all_layers;
       const Layout encoder = resolve_placement(c.layout.placement, c.layout.encoder, c.layout.llm).encoder;
       const int64_t most = 4 / std::min(c.layout.llm.pp, encoder.pp);  // the most layers in a stage
-      if (most > 1) EXPECT_GT(need(c.layout, true, most - 1), memory) << key(c.layout) << ": one layer fewer fits";
+      if (most > 1) {
+        EXPECT_GT(need(c.layout, true, most - 1, c.recompute_modules), memory) << key(c.layout) << ": one layer fewer fits";
+      }
       continue;
     }
     ++some_layers;
     EXPECT_LT(c.recompute_layers, 4) << key(c.layout);
-    if (c.recompute_layers > 1) EXPECT_GT(need(c.layout, true, c.recompute_layers - 1), memory) << key(c.layout);
+    if (c.recompute_layers > 1) {
+      EXPECT_GT(need(c.layout, true, c.recompute_layers - 1, c.recompute_modules), memory) << key(c.layout);
+    }
     EXPECT_LT(c.step.seconds, predict_step_seconds(as_set(c.layout, true, 0), profile)) << key(c.layout);
   }
   EXPECT_GT(all_layers, 0);
   EXPECT_GT(some_layers, 0);
+  for (const auto& [modules, count] : by_modules) std::printf("recompute in %s: %d layouts\n", modules.c_str(), count);
+  EXPECT_GT(by_modules.size(), 1u) << "every layout recomputes in the same modules";
   // The sweep runs each point, and the baseline, as planned: recompute where the plan chose it, and only there.
   const std::string dir = ::testing::TempDir() + "/plan_recompute_" + std::to_string(getpid());
   std::filesystem::create_directories(dir);
@@ -273,6 +297,7 @@ TEST(Planner, RecomputeWhereNeededFitsMoreLayoutsWithTheFewestLayersRecomputed) 
     const PlanCandidate& planned = run.is_baseline ? *chosen.best_uniform : chosen.top.at(point++);
     EXPECT_EQ(recomputes_layers(*run.config), planned.recompute) << run.label;
     EXPECT_EQ(run.config->run.recompute_layers, planned.recompute_layers) << run.label;
+    EXPECT_EQ(run.config->run.recompute_modules, planned.recompute_modules) << run.label;
   }
   EXPECT_EQ(point, chosen.top.size());
   std::filesystem::remove_all(dir);

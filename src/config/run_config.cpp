@@ -229,6 +229,10 @@ std::optional<ConfigProblem> consistency_problem(const RunConfig& c) {
   if (!c.data.eval_files.empty() && c.run.eval_every == 0) {
     return ConfigProblem{{"data.eval_files", "run.eval_every"}, "is read only with run.eval_every > 0, which is 0"};
   }
+  if (c.run.recompute_modules != "both" && !recomputes_layers(c)) {
+    return ConfigProblem{{"run.recompute_modules", "run.recompute"}, "chooses the modules that recompute, so it needs "
+                          "run.recompute = \"full\", got \"" + c.run.recompute + "\""};
+  }
   if (c.optim.min_lr > c.optim.lr) {
     return ConfigProblem{{"optim.min_lr", "optim.lr"}, "must be <= optim.lr, got " + std::to_string(c.optim.min_lr)};
   }

@@ -26,6 +26,7 @@ struct RunSection {
   std::string precision = "auto";   // fp32 | bf16 | auto (bf16 on a GPU, fp32 on CPU)
   std::string recompute = "none";   // none | full: transformer layers recompute their forward in the backward
   int64_t recompute_layers = 0;     // with full: each pipeline stage's first this many layers; 0 = all
+  std::string recompute_modules = "both";  // with full: both | llm | encoder: the modules whose layers recompute
 };
 
 struct EncoderConfig {     // ViT (SigLIP/CLIP style)
@@ -123,11 +124,15 @@ struct RunConfig {
 inline bool computes_in_bf16(const RunConfig& config) { return config.run.precision == "bf16"; }
 // Whether transformer layers keep only their input and recompute their forward in the backward.
 inline bool recomputes_layers(const RunConfig& config) { return config.run.recompute == "full"; }
-// How many of a pipeline stage's `stage_layers` transformer layers recompute
-// (its first ones, in either module): all under run.recompute = "full"
-// unless run.recompute_layers caps them, none otherwise.
-inline int64_t recomputed_layers(const RunConfig& config, int64_t stage_layers) {
-  if (!recomputes_layers(config)) return 0;
+// The two modules, where a setting may differ between them.
+enum class Module { kEncoder, kLlm };
+// How many of a pipeline stage's `stage_layers` transformer layers of
+// `module` recompute (its first ones): all under run.recompute = "full"
+// where run.recompute_modules names the module, unless run.recompute_layers
+// caps them; none otherwise.
+inline int64_t recomputed_layers(const RunConfig& config, Module module, int64_t stage_layers) {
+  const std::string& modules = config.run.recompute_modules;
+  if (!recomputes_layers(config) || modules == (module == Module::kLlm ? "encoder" : "llm")) return 0;
   return config.run.recompute_layers == 0 ? stage_layers : std::min(config.run.recompute_layers, stage_layers);
 }
 

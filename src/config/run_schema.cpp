@@ -207,6 +207,9 @@ std::vector<SchemaKey> build_schema() {
           "with recompute = \"full\": only the first this many transformer layers of each pipeline stage of "
           "each module recompute (all of a stage that holds fewer); 0 = every layer. Fewer layers: less "
           "compute, more memory"),
+      run.key<&RunSection::recompute_modules>("recompute_modules", one_of({"both", "llm", "encoder"}),
+          "with recompute = \"full\": the modules whose transformer layers recompute (llm: the encoder keeps its "
+          "work, where the LLM's activations are what does not fit)"),
       run.key<&RunSection::checkpoint_keep>("checkpoint_keep", at_least(1), "newest complete checkpoints kept; older ones are removed"),
       run.key<&RunSection::eval_every>("eval_every", at_least(0),
           "every this many steps, the loss of held-out synthetic batches (the same image classes and text rules, "

@@ -124,7 +124,7 @@ Part llm_part(const RunConfig& c, int s, int64_t in_flight, const MemoryAssumpti
   // tests/test_memory_measured.cpp) measured 355.2 MiB in fp32 and 336.9 in
   // bf16 against 346.0 and 337.3 predicted. Under run.recompute_layers only
   // the stage's first layers recompute; the rest keep their work.
-  const int64_t recomputed = recomputed_layers(c, layers.count);
+  const int64_t recomputed = recomputed_layers(c, Module::kLlm, layers.count);
   p.activations = double(in_flight) * (double(recomputed) * tokens * h * kFp32 + double(layers.count - recomputed) * layer_bytes);
   // The final norm, whose output the head reads.
   if (last) p.activations += double(in_flight) * tokens * norm_bytes_per_token(h, 1, a.element_bytes);
@@ -166,7 +166,7 @@ Part encoder_part(const RunConfig& c, int s, int64_t in_flight, double images, c
   const double eb = a.element_bytes;
   const double layer_bytes = patches * encoder_bytes_per_patch(e, lay.tp, eb);
   // Recomputed: each layer's fp32 input, and one layer's work again in its backward (as the LLM's).
-  const int64_t recomputed = e.frozen ? 0 : recomputed_layers(c, layers.count);
+  const int64_t recomputed = e.frozen ? 0 : recomputed_layers(c, Module::kEncoder, layers.count);
   double bytes = double(recomputed) * patches * h * kFp32 + double(layers.count - recomputed) * layer_bytes;
   if (first) bytes += patches * double(e.channels * e.patch_size * e.patch_size) * eb;  // the patches themselves
   // The projector, which always trains: its input, hidden and activation.

@@ -234,7 +234,7 @@ OpEstimate estimate_ops(const RunConfig& c, const Profile& p) {
   RankCost layer = calibrated_layer_cost(p, llm_layer, "llm");
   for (int s = 0; s < pl.llm.pp; ++s) {
     const int64_t count = stage_layers(llm.layers, pl.llm.pp, s).count;
-    RankCost stage = stage_stack(layer, count, recomputed_layers(c, count));
+    RankCost stage = stage_stack(layer, count, recomputed_layers(c, Module::kLlm, count));
     if (s == 0) {
       // The embedding's gradient: each micro-batch's rows added into .grad in
       // place (a read of the rows' gradient and a read-modify-write of .grad's
@@ -282,7 +282,7 @@ OpEstimate estimate_ops(const RunConfig& c, const Profile& p) {
   for (int s = 0; s < pl.encoder.pp; ++s) {
     // A frozen encoder's backward is dropped below anyway.
     const int64_t count = stage_layers(enc.layers, pl.encoder.pp, s).count;
-    RankCost stage = stage_stack(vit, count, recomputed_layers(c, count));
+    RankCost stage = stage_stack(vit, count, recomputed_layers(c, Module::kEncoder, count));
     if (s == 0) stage.compute += matmul(p, images * patches, double(enc.hidden), double(enc.channels * enc.patch_size * enc.patch_size));
     if (enc.frozen) stage.compute.backward = stage.comm.backward = 0;  // nothing upstream trains
     if (s == pl.encoder.pp - 1) {  // the projector always trains

@@ -45,6 +45,7 @@ nlohmann::json candidate_json(const PlanCandidate& c) {
                       {"run_ahead", apart ? nlohmann::json(c.layout.run_ahead) : nlohmann::json(nullptr)},
                       {"recompute", c.recompute},
                       {"recompute_layers", c.recompute ? nlohmann::json(c.recompute_layers) : nlohmann::json(nullptr)},
+                      {"recompute_modules", c.recompute ? nlohmann::json(c.recompute_modules) : nlohmann::json(nullptr)},
                       {"step_seconds", c.step.seconds},
                       {"tokens_per_second", c.tokens_per_second},
                       {"tflops_per_device", c.tflops_per_device},
@@ -78,10 +79,13 @@ std::string phases_text(const StepPhases& p) {
   return text;
 }
 
-// " +recompute" (every layer), " +recompute 3/stage" (each stage's first three), or "".
+// " +recompute" (every layer of both modules), " +recompute 3/stage" (each
+// stage's first three), " +recompute llm 3/stage" (the LLM's alone), or "".
 std::string recompute_text(const PlanCandidate& c) {
   if (!c.recompute) return "";
-  return c.recompute_layers == 0 ? " +recompute" : fmt::format(" +recompute {}/stage", c.recompute_layers);
+  const std::string modules = c.recompute_modules == "both" ? "" : " " + c.recompute_modules;
+  return c.recompute_layers == 0 ? " +recompute" + modules
+                                 : fmt::format(" +recompute{} {}/stage", modules, c.recompute_layers);
 }
 
 std::string ratio(double r) { return r > 0 ? fmt::format("{:.3f}x", r) : "-"; }
@@ -171,15 +175,16 @@ nlohmann::json plan_json(const Plan& plan, const RunConfig& base, const std::str
 }
 
 bool same_recompute(const PlanCandidate& c, const RunConfig& base) {
-  return c.recompute == recomputes_layers(base) && c.recompute_layers == base.run.recompute_layers;
+  return c.recompute == recomputes_layers(base) && c.recompute_layers == base.run.recompute_layers &&
+         c.recompute_modules == base.run.recompute_modules;
 }
 
-// ", run = { recompute = \"full\", recompute_layers = N }" where a
-// candidate's setting is not base.toml's (or `always`), else "".
+// ", run = { recompute = \"full\", recompute_layers = N, recompute_modules = \"llm\" }"
+// where a candidate's setting is not base.toml's (or `always`), else "".
 std::string recompute_set(const PlanCandidate& c, const RunConfig& base, bool always = false) {
   if (!always && same_recompute(c, base)) return "";
-  return fmt::format(", run = {{ recompute = \"{}\", recompute_layers = {} }}", c.recompute ? "full" : "none",
-                     c.recompute_layers);
+  return fmt::format(", run = {{ recompute = \"{}\", recompute_layers = {}, recompute_modules = \"{}\" }}",
+                     c.recompute ? "full" : "none", c.recompute_layers, c.recompute ? c.recompute_modules : "both");
 }
 
 std::string plan_sweep_toml(const Plan& plan, const RunConfig& base, const std::string& base_file) {
@@ -190,6 +195,7 @@ std::string plan_sweep_toml(const Plan& plan, const RunConfig& base, const std::
   PlanCandidate as_base;  // the run file's own setting, where no uniform layout fits
   as_base.recompute = recomputes_layers(base);
   as_base.recompute_layers = base.run.recompute_layers;
+  as_base.recompute_modules = base.run.recompute_modules;
   const std::string baseline_run = recompute_set(plan.best_uniform ? *plan.best_uniform : as_base, base, any_set);
   std::string text = fmt::format(
       "# Written by hetpar plan: the {} best predicted layouts of {} on {} devices, and the best uniform\n"

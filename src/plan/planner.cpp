@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -213,18 +214,36 @@ Plan plan_layouts(const RunConfig& base, const Profile& profile, const PlanOptio
     };
     c.run.recompute = base.run.recompute;
     c.run.recompute_layers = base.run.recompute_layers;
+    c.run.recompute_modules = base.run.recompute_modules;
     measure();
     if (options.recompute_where_needed && !fits(candidate) && !recomputes_layers(c)) {
       c.run.recompute = "full";
-      c.run.recompute_layers = fewest_recomputed_layers_that_fit(c, [&](int64_t layers) {
-        c.run.recompute_layers = layers;
+      // Each module choice with its fewest layers that fit; the fitting one
+      // with the least step bound wins (both, with every layer, where none fits).
+      std::optional<std::pair<double, int64_t>> best;  // (bound, layers)
+      std::string best_modules = "both";
+      for (const char* modules : {"llm", "encoder", "both"}) {
+        c.run.recompute_modules = modules;
+        c.run.recompute_layers = fewest_recomputed_layers_that_fit(c, [&](int64_t layers) {
+          c.run.recompute_layers = layers;
+          measure();
+          return fits(candidate);
+        });
         measure();
-        return fits(candidate);
-      });
+        if (!fits(candidate)) continue;
+        const double bound = step_lower_bound(c, estimate_ops(c, profile), profile);
+        if (!best || bound < best->first) {
+          best = {bound, c.run.recompute_layers};
+          best_modules = modules;
+        }
+      }
+      c.run.recompute_modules = best_modules;
+      c.run.recompute_layers = best ? best->second : 0;
       measure();
     }
     candidate.recompute = recomputes_layers(c);
     candidate.recompute_layers = c.run.recompute_layers;
+    candidate.recompute_modules = c.run.recompute_modules;
   };
   const auto predict = [&](PlanCandidate& candidate, const OpEstimate& ops) {
     candidate.step = predict_step(c, ops, profile);

@@ -34,9 +34,10 @@ struct PlanOptions {
   // shows they can make neither the top nor their placement's best (tests).
   bool exhaustive = false;
   // A layout that does not fit the memory as the run file says is tried with
-  // run.recompute = "full", and the fewest recomputed layers a stage
-  // (run.recompute_layers) that fit. Each recomputed layer only adds work,
-  // so this is each layout's best setting.
+  // run.recompute = "full" in the LLM alone, the encoder alone and both
+  // (run.recompute_modules), each with the fewest recomputed layers a stage
+  // (run.recompute_layers) that fit: each recomputed layer only adds work.
+  // Of those that fit, the one with the least lower bound of the step.
   bool recompute_where_needed = false;
 };
 
@@ -49,6 +50,7 @@ struct PlanCandidate {
   LayoutConfig layout;
   bool recompute = false;      // run.recompute = "full" in this candidate
   int64_t recompute_layers = 0;  // and its run.recompute_layers (0: every layer)
+  std::string recompute_modules = "both";  // and its run.recompute_modules
   StepPrediction step;
   double tokens_per_second = 0, tflops_per_device = 0;
   RankMemory fullest;          // the rank with the most memory

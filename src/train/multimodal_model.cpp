@@ -50,11 +50,11 @@ MultimodalModel::MultimodalModel(const RunConfig& c, Group* encoder_tp, Group* l
     if (encoder_frozen_) {
       for (at::Tensor& p : encoder->parameters()) p.set_requires_grad(false);
     }
-    encoder->set_recompute(recomputed_layers(c, encoder->block_count()));
+    encoder->set_recompute(recomputed_layers(c, Module::kEncoder, encoder->block_count()));
   }
   if (llm_tp) {
     llm = std::make_shared<LlamaModel>(c.llm, c.run.seed, *llm_tp, llm_cp, llm_stage, c.placement.llm.pp);
-    llm->set_recompute(recomputed_layers(c, llm->block_count()));
+    llm->set_recompute(recomputed_layers(c, Module::kLlm, llm->block_count()));
   }
 }
 

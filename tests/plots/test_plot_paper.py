@@ -1,7 +1,8 @@
 """plots/plot_paper.py on real planner output: hetpar plan for two encoder sizes
 on the H100 profile, then the figure, the CSV (a row per plan) and the markdown
 table; a file that is not a plan fails with exit code 2 naming it; the table
-marks a layout that recomputes, and how many layers a stage where not all."""
+marks a layout that recomputes, how many layers a stage where not all, and in which module where
+not both."""
 import csv
 import os
 import subprocess
@@ -51,7 +52,9 @@ def test_a_file_that_is_not_a_plan_fails_naming_it(tmp_path):
 
 def test_the_table_marks_recompute_and_how_many_layers(tmp_path):
     plans = [plan(tmp_path, "every-layer", ["run.recompute=full"]),
-             plan(tmp_path, "first-layer", ["run.recompute=full", "run.recompute_layers=1"])]
+             plan(tmp_path, "first-layer", ["run.recompute=full", "run.recompute_layers=1"]),
+             plan(tmp_path, "llm-first-layer", ["run.recompute=full", "run.recompute_layers=1",
+                                                "run.recompute_modules=llm"])]
     figures = tmp_path / "figures"
     done = subprocess.run([sys.executable, str(SCRIPT), str(figures), *map(str, plans)],
                           capture_output=True, text=True)
@@ -60,3 +63,4 @@ def test_the_table_marks_recompute_and_how_many_layers(tmp_path):
         layouts = {r["encoder"]: r["uniform_layout"] for r in csv.DictReader(f)}
     assert layouts["every-layer"].endswith(" +recompute"), layouts
     assert layouts["first-layer"].endswith(" +recompute 1/stage"), layouts
+    assert layouts["llm-first-layer"].endswith(" +recompute llm 1/stage"), layouts
