@@ -406,7 +406,8 @@ constexpr double kBf16LossRtol = 2e-3;
 constexpr const char* kBf16 = " --set run.precision=bf16";
 
 const std::vector<nlohmann::json>& bf16_reference_run() {
-  static const std::vector<nlohmann::json> run = train("reference_bf16", std::string("--set data.micro_batch_size=2") + kBf16);
+  static const std::vector<nlohmann::json> run =
+      train("reference_bf16", std::string("--set data.micro_batch_size=2") + kBf16 + kEval);
   return run;
 }
 
@@ -428,11 +429,15 @@ class HeteroParityBf16 : public TrainingParity, public ::testing::WithParamInter
 TEST_P(HeteroParityBf16, MatchesTheUniformBf16Baseline) {
   const auto& uniform = bf16_reference_run();
   ASSERT_EQ(uniform.size(), 20u);
-  const auto run = train(std::string(GetParam().name) + "_bf16", GetParam().sets + std::string(kBf16));
+  const auto run = train(std::string(GetParam().name) + "_bf16", GetParam().sets + std::string(kBf16) + kEval);
   ASSERT_EQ(run.size(), 20u);
   const double diff = max_relative_loss_difference(run, uniform);
-  std::printf("%s in bf16 vs uniform bf16: max relative loss difference over 20 steps %.3g\n", GetParam().name, diff);
+  const double eval_diff = max_relative_loss_difference(run, uniform, "eval_loss");
+  std::printf("%s in bf16 vs uniform bf16: max relative loss difference over 20 steps %.3g, held-out %.3g\n",
+              GetParam().name, diff, eval_diff);
   EXPECT_LE(diff, kBf16LossRtol);
+  EXPECT_LE(eval_diff, kBf16LossRtol);
+  expect_evaluated_at_10_and_20(run, GetParam().name);
 }
 
 INSTANTIATE_TEST_SUITE_P(Placements, HeteroParityBf16, kHeteroCases, case_name);
