@@ -110,12 +110,17 @@ const std::vector<int64_t>& FileDataset::first_images(const Shard& shard) const 
 }
 
 SampleText FileDataset::text(int64_t step, int64_t sample) const {
+  if (step != cached_step_) {
+    cached_.clear();
+    cached_step_ = step;
+  }
+  if (const auto it = cached_.find(sample); it != cached_.end()) return it->second;
   const Place at = place(step, sample);
   const Shard& s = *at.shard;
   const at::Tensor ids = read_safetensors_rows(s.path, s.header, "input_ids", at.row, 1).to(at::kLong).contiguous();
   const at::Tensor labels = read_safetensors_rows(s.path, s.header, "labels", at.row, 1).to(at::kLong).contiguous();
-  return sample_from_rows(ids.data_ptr<int64_t>(), labels.data_ptr<int64_t>(), ids.size(1), config_,
-                          fmt::format("{}: sample {}", s.path, at.row));
+  return cached_[sample] = sample_from_rows(ids.data_ptr<int64_t>(), labels.data_ptr<int64_t>(), ids.size(1), config_,
+                                            fmt::format("{}: sample {}", s.path, at.row));
 }
 
 at::Tensor FileDataset::image(int64_t step, int64_t sample, int index, int /*image_class*/) const {

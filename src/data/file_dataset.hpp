@@ -64,6 +64,10 @@ class FileDataset : public BatchSource {
   std::vector<Shard> shards_;
   int64_t samples_ = 0;
   mutable std::map<int64_t, std::vector<int64_t>> orders_;  // shuffled epochs, the latest two kept
+  // The latest step's samples as read: a step asks for each several times
+  // (the loss divisor, the routing plan, the micro-batch), each a file read.
+  mutable int64_t cached_step_ = 0;
+  mutable std::map<int64_t, SampleText> cached_;
 };
 
 }  // namespace hetpar
