@@ -116,8 +116,12 @@ def write_file(path, samples, pad_id, image_shape):
     # No image in this file: an empty tensor of the processor's image shape.
     pixel_values = torch.cat(pixels) if pixels else torch.empty((0, *image_shape))
     partial = path.with_name(path.name + ".partial")
-    save_file({"input_ids": ids, "labels": labels, "pixel_values": pixel_values.contiguous()}, str(partial))
-    os.replace(partial, path)  # a file is there whole or not at all
+    try:
+        save_file({"input_ids": ids, "labels": labels, "pixel_values": pixel_values.contiguous()}, str(partial))
+        os.replace(partial, path)  # a file is there whole or not at all
+    except Exception as e:  # a full disk, a directory gone (safetensors raises its own error type)
+        partial.unlink(missing_ok=True)  # this script's own unfinished file, nothing else
+        fail(f"writing {path}: {e}")
 
 
 def main():
