@@ -28,7 +28,7 @@ HETPAR_WORKER(forward_only_step) {
 
   const double before = static_cast<double>(cpu_tensor_bytes_in_use());
   reset_cpu_tensor_peak();
-  const double forward_only = forward_only_loss(*model, data, config, groups, rt.world(), /*batches=*/1);
+  const double forward_only = forward_only_loss(*model, data, config, groups, rt.world(), /*batches=*/1).loss;
   const double forward_only_peak = static_cast<double>(cpu_tensor_peak_bytes()) - before;
   for (const at::Tensor& p : model->trainable_parameters()) require(!p.grad().defined(), "forward only made a gradient");
 

@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include "data/file_batch.hpp"
+#include "data/data_sources.hpp"
 #include "data/file_dataset.hpp"
 #include "train/eval_job.hpp"
 #include "util/log.hpp"
@@ -61,11 +62,7 @@ int run_eval(const EvalArgs& args) {
   const Preflight check_batch = [&](const RunConfig& config) {
     try {
       if (directory) {
-        const FileDataset files(args.batch, config, at::kCPU, /*shuffle=*/false, 0);
-        if (files.samples() < config.data.global_batch_size) {
-          throw std::runtime_error(fmt::format("{} samples in {} files, fewer than data.global_batch_size = {}",
-                                               files.samples(), files.files(), config.data.global_batch_size));
-        }
+        check_batch_files(args.batch, config, config.data.global_batch_size, "data.global_batch_size");
       } else {
         FileBatch(args.batch, config);
       }

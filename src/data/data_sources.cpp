@@ -2,8 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <optional>
-
 #include "config/config_error.hpp"
 #include "data/file_dataset.hpp"
 #include "data/synthetic_data.hpp"
@@ -31,19 +29,21 @@ std::unique_ptr<BatchSource> held_out_data(const RunConfig& config, const at::De
                                          DataStream::kHeldOut);
 }
 
+void check_batch_files(const std::string& dir, const RunConfig& config, int64_t needed, const std::string& what) {
+  const FileDataset files(dir, config, at::kCPU, /*shuffle=*/false, seed_of(config));
+  if (files.samples() < needed) {
+    throw std::runtime_error(fmt::format("{} holds {} samples in {} files, fewer than {} = {}", dir, files.samples(),
+                                         files.files(), what, needed));
+  }
+}
+
 void check_data_files(const RunConfig& config) {
-  const auto check = [&](const std::string& dir, const char* key, int64_t needed, const std::string& why) {
+  const auto check = [&](const std::string& dir, const char* key, int64_t needed, const std::string& what) {
     if (dir.empty()) return;
-    std::optional<FileDataset> files;
     try {
-      files.emplace(dir, config, at::kCPU, /*shuffle=*/false, seed_of(config));
+      check_batch_files(dir, config, needed, what);
     } catch (const std::runtime_error& e) {
       throw ConfigError(config.source_file, key, e.what());
-    }
-    if (files->samples() < needed) {
-      throw ConfigError(config.source_file, key,
-                        fmt::format("{} holds {} samples in {} files, fewer than {} = {}", dir, files->samples(),
-                                    files->files(), why, needed));
     }
   };
   const int64_t batch = config.data.global_batch_size;

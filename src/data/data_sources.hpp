@@ -14,6 +14,11 @@ namespace hetpar {
 std::unique_ptr<BatchSource> training_data(const RunConfig& config, const at::Device& device);
 std::unique_ptr<BatchSource> held_out_data(const RunConfig& config, const at::Device& device);
 
+// A directory of batch files opens, its headers fit the model, and it holds
+// at least `needed` samples (`what` says which setting asks for them);
+// throws std::runtime_error naming the directory or file otherwise.
+void check_batch_files(const std::string& dir, const RunConfig& config, int64_t needed, const std::string& what);
+
 // Before any rank starts: data.files and data.eval_files open, their headers
 // fit the model, and they hold a step's samples (the held-out files every
 // evaluation's); throws ConfigError naming the key otherwise.

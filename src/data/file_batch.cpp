@@ -22,9 +22,7 @@ at::Tensor tensor_of(const std::map<std::string, at::Tensor>& tensors, const std
 std::pair<int64_t, int64_t> batch_file_shape(const std::string& path) {
   // The header says it: the images need not be read.
   const SafetensorsHeader header = read_safetensors_header(path);
-  const auto it = header.entries.find("input_ids");
-  if (it == header.entries.end()) throw std::runtime_error(path + ": no tensor input_ids");
-  const std::vector<int64_t>& shape = it->second.shape;
+  const std::vector<int64_t>& shape = safetensors_entry(header, path, "input_ids").shape;
   if (shape.size() != 2) throw std::runtime_error(path + ": input_ids must be [batch, sequence]");
   return {shape[0], shape[1]};
 }

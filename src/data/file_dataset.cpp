@@ -12,16 +12,6 @@
 #include "data/batch_file_rows.hpp"
 
 namespace hetpar {
-namespace {
-
-const SafetensorsEntry& entry(const SafetensorsHeader& header, const std::string& path, const char* name) {
-  const auto it = header.entries.find(name);
-  if (it == header.entries.end()) throw std::runtime_error(path + ": no tensor " + name);
-  return it->second;
-}
-
-}  // namespace
-
 std::vector<std::string> batch_files(const std::string& dir) {
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) throw std::runtime_error(dir + ": not a directory of batch files");
@@ -41,17 +31,17 @@ FileDataset::FileDataset(const std::string& dir, const RunConfig& config, const 
       shuffle_(shuffle), seed_(seed) {
   for (const std::string& path : batch_files(dir)) {
     Shard shard{path, read_safetensors_header(path)};
-    const SafetensorsEntry& ids = entry(shard.header, path, "input_ids");
-    check_batch_shapes(ids.shape, entry(shard.header, path, "labels").shape,
-                       entry(shard.header, path, "pixel_values").shape, config, path);
+    const SafetensorsEntry& ids = safetensors_entry(shard.header, path, "input_ids");
+    check_batch_shapes(ids.shape, safetensors_entry(shard.header, path, "labels").shape,
+                       safetensors_entry(shard.header, path, "pixel_values").shape, config, path);
     for (const char* name : {"input_ids", "labels"}) {
-      const at::ScalarType type = entry(shard.header, path, name).dtype;
+      const at::ScalarType type = safetensors_entry(shard.header, path, name).dtype;
       if (type != at::kLong && type != at::kInt) {
         throw std::runtime_error(fmt::format("{}: {} must hold integers (int64 or int32), not {}", path, name,
                                              c10::toString(type)));
       }
     }
-    const at::ScalarType pixels = entry(shard.header, path, "pixel_values").dtype;
+    const at::ScalarType pixels = safetensors_entry(shard.header, path, "pixel_values").dtype;
     if (!at::isFloatingType(pixels)) {
       throw std::runtime_error(fmt::format("{}: pixel_values must hold floats, not {}", path, c10::toString(pixels)));
     }
@@ -100,7 +90,7 @@ const std::vector<int64_t>& FileDataset::first_images(const Shard& shard) const 
     first[static_cast<size_t>(b)] = total;
     total += std::count(id + b * length, id + (b + 1) * length, config_.llm.image_token_id) / tpi;
   }
-  const int64_t pixels = entry(shard.header, shard.path, "pixel_values").shape[0];
+  const int64_t pixels = safetensors_entry(shard.header, shard.path, "pixel_values").shape[0];
   if (total != pixels) {
     throw std::runtime_error(fmt::format("{}: {} image placeholders (token {}) but {} images of {} tokens",
                                          shard.path, total * tpi, config_.llm.image_token_id, pixels, tpi));

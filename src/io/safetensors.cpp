@@ -114,19 +114,39 @@ SafetensorsHeader read_safetensors_header(const std::string& path) {
   }
 }
 
-std::map<std::string, at::Tensor> read_safetensors(const std::string& path, const SafetensorsHeader& header,
-                                                   const std::vector<std::string>& names) {
+const SafetensorsEntry& safetensors_entry(const SafetensorsHeader& header, const std::string& path,
+                                          const std::string& name) {
+  const auto it = header.entries.find(name);
+  if (it == header.entries.end()) throw std::runtime_error(path + ": no tensor " + name);
+  return it->second;
+}
+
+namespace {
+
+std::ifstream open_data(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error(path + ": cannot open");
+  return in;
+}
+
+// Fills `t` with the bytes of tensor `name` from `offset` after the header.
+void read_into(std::ifstream& in, const SafetensorsHeader& header, uint64_t offset, at::Tensor& t,
+               const std::string& path, const std::string& name) {
+  in.seekg(static_cast<std::streamoff>(header.data_start + offset));
+  in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(t.nbytes()));
+  if (!in) throw std::runtime_error(path + ": truncated data of tensor " + name);
+}
+
+}  // namespace
+
+std::map<std::string, at::Tensor> read_safetensors(const std::string& path, const SafetensorsHeader& header,
+                                                   const std::vector<std::string>& names) {
+  std::ifstream in = open_data(path);
   std::map<std::string, at::Tensor> out;
   for (const std::string& name : names) {
-    const auto it = header.entries.find(name);
-    if (it == header.entries.end()) throw std::runtime_error(path + ": no tensor " + name);
-    const SafetensorsEntry& e = it->second;
+    const SafetensorsEntry& e = safetensors_entry(header, path, name);
     at::Tensor t = at::empty(e.shape, at::TensorOptions().dtype(e.dtype));
-    in.seekg(static_cast<std::streamoff>(header.data_start + e.begin));
-    in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(t.nbytes()));
-    if (!in) throw std::runtime_error(path + ": truncated data of tensor " + name);
+    read_into(in, header, e.begin, t, path, name);
     out[name] = t;
   }
   return out;
@@ -134,9 +154,7 @@ std::map<std::string, at::Tensor> read_safetensors(const std::string& path, cons
 
 at::Tensor read_safetensors_rows(const std::string& path, const SafetensorsHeader& header, const std::string& name,
                                  int64_t first, int64_t count) {
-  const auto it = header.entries.find(name);
-  if (it == header.entries.end()) throw std::runtime_error(path + ": no tensor " + name);
-  const SafetensorsEntry& e = it->second;
+  const SafetensorsEntry& e = safetensors_entry(header, path, name);
   if (e.shape.empty() || first < 0 || count < 0 || first + count > e.shape[0]) {
     throw std::runtime_error(fmt::format("{}: rows [{}, {}) of tensor {} are outside its {} rows", path, first,
                                          first + count, name, e.shape.empty() ? 0 : e.shape[0]));
@@ -145,11 +163,8 @@ at::Tensor read_safetensors_rows(const std::string& path, const SafetensorsHeade
   shape[0] = count;
   at::Tensor t = at::empty(shape, at::TensorOptions().dtype(e.dtype));
   const auto row_bytes = static_cast<uint64_t>(count == 0 ? 0 : t.nbytes() / count);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error(path + ": cannot open");
-  in.seekg(static_cast<std::streamoff>(header.data_start + e.begin + static_cast<uint64_t>(first) * row_bytes));
-  in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(t.nbytes()));
-  if (!in) throw std::runtime_error(path + ": truncated data of tensor " + name);
+  std::ifstream in = open_data(path);
+  read_into(in, header, e.begin + static_cast<uint64_t>(first) * row_bytes, t, path, name);
   return t;
 }
 

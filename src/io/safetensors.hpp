@@ -31,6 +31,11 @@ struct SafetensorsHeader {
 // (missing, bad header, unsupported dtype, offsets that do not fit the shape).
 SafetensorsHeader read_safetensors_header(const std::string& path);
 
+// Tensor `name`'s entry in the header of file `path`; throws
+// std::runtime_error naming both when the file holds no such tensor.
+const SafetensorsEntry& safetensors_entry(const SafetensorsHeader& header, const std::string& path,
+                                          const std::string& name);
+
 // Reads every tensor of a file; throws std::runtime_error naming the file and
 // what is wrong (missing, truncated, bad header, unsupported dtype).
 std::map<std::string, at::Tensor> read_safetensors(const std::string& path);

@@ -33,12 +33,10 @@ int run_eval_job(const RunConfig& config, const LaunchEnv& env, const std::strin
   } else {
     samples = std::make_unique<FileBatch>(batch, config, device);
   }
-  const double value = forward_only_loss(*model, *samples, config, groups, runtime.world(), batches);
+  const ForwardOnlyLoss eval = forward_only_loss(*model, *samples, config, groups, runtime.world(), batches);
   if (runtime.rank() == 0) {
-    int64_t target_tokens = 0;
-    for (int64_t b = 1; b <= batches; ++b) target_tokens += samples->target_tokens(b);
-    log_info("eval loss: {:.9g} over {} target tokens in {} batch(es) of {} samples{}", value, target_tokens, batches,
-             config.data.global_batch_size,
+    log_info("eval loss: {:.9g} over {} target tokens in {} batch(es) of {} samples{}", eval.loss, eval.target_tokens,
+             batches, config.data.global_batch_size,
              left_out > 0 ? fmt::format(" ({} samples after the last full batch left out)", left_out) : "");
   }
   return 0;

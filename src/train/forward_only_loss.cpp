@@ -7,15 +7,16 @@
 
 namespace hetpar {
 
-double forward_only_loss(MultimodalModel& model, const BatchSource& data, const RunConfig& config, JobGroups& groups,
-                         Group& world, int64_t batches) {
+ForwardOnlyLoss forward_only_loss(MultimodalModel& model, const BatchSource& data, const RunConfig& config,
+                                  JobGroups& groups, Group& world, int64_t batches) {
   // One divisor for all of them: each batch's share sums to the mean over every target token.
-  double target_tokens = 0;
-  for (int64_t b = 1; b <= batches; ++b) target_tokens += static_cast<double>(data.target_tokens(b));
+  int64_t target_tokens = 0;
+  for (int64_t b = 1; b <= batches; ++b) target_tokens += data.target_tokens(b);
   PhaseTimer timer(model.options(at::kFloat).device());  // its phases are not the training step's
   at::Tensor loss;
   for (int64_t b = 1; b <= batches; ++b) {
-    StepContext ctx{model, data, config, groups, world, timer, b, micro_batches_per_step(config), target_tokens};
+    StepContext ctx{model, data, config, groups, world, timer, b, micro_batches_per_step(config),
+                    static_cast<double>(target_tokens)};
     ctx.forward_only = true;
     const at::Tensor share = run_micro_batches(ctx);
     loss = loss.defined() ? loss + share : share;
@@ -24,7 +25,7 @@ double forward_only_loss(MultimodalModel& model, const BatchSource& data, const 
   world.all_reduce(loss);  // each replica's last stage holds its samples' share
   const double value = loss.item<double>();  // the device's work done: its phase events can be read
   static_cast<void>(timer.take());
-  return value;
+  return {value, target_tokens};
 }
 
 }  // namespace hetpar

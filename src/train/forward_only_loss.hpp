@@ -13,9 +13,14 @@
 
 namespace hetpar {
 
+struct ForwardOnlyLoss {
+  double loss = 0;            // the mean over every target token
+  int64_t target_tokens = 0;  // how many there were
+};
+
 // The mean over the target tokens of steps 1..`batches` of `data` (a global
 // batch each), on every rank alike. A collective over `world`.
-double forward_only_loss(MultimodalModel& model, const BatchSource& data, const RunConfig& config, JobGroups& groups,
+ForwardOnlyLoss forward_only_loss(MultimodalModel& model, const BatchSource& data, const RunConfig& config, JobGroups& groups,
                          Group& world, int64_t batches);
 
 }  // namespace hetpar

@@ -264,7 +264,7 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
     std::optional<double> eval_loss, eval_seconds;
     if (!diverged && config.run.eval_every > 0 && step % config.run.eval_every == 0) {
       const auto e0 = Clock::now();
-      eval_loss = forward_only_loss(model, *held_out, config, groups, runtime.world(), config.run.eval_batches);
+      eval_loss = forward_only_loss(model, *held_out, config, groups, runtime.world(), config.run.eval_batches).loss;
       eval_seconds = std::chrono::duration<double>(Clock::now() - e0).count();
     }
     if (leader) {
