@@ -220,6 +220,7 @@ TEST(Cli, PlanWritesItsFilesAndRefusesBadInput) {
       {"--devices 4 --profile " + h100 + " --objective throughput", "--objective"},
       {"--devices 4 --profile " + h100 + " --set llm.hiden=64", "llm.hiden"},
       {"--devices 4 --profile " + h100 + " --label =x", "--label"},
+      {"--devices 4 --profile " + h100 + " --set data.files=" + dir + "/no_such_files", "data.files: " + dir + "/no_such_files: not a directory"},
       // A 70-billion-parameter-sized LLM cannot fit 4 devices of 80 GB with unsharded optimizer state.
       {"--devices 4 --profile " + h100 + " --set llm.hidden=8192 --set llm.layers=80 --set llm.heads=64 --set "
        "llm.kv_heads=8 --set llm.ffn_hidden=28672 --set llm.vocab_size=128256",

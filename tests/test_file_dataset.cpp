@@ -18,6 +18,7 @@
 #include "data/file_dataset.hpp"
 #include "data/synthetic_data.hpp"
 #include "io/safetensors.hpp"
+#include "metrics/model_flops.hpp"
 #include "tests/dist_harness.hpp"
 
 namespace hetpar::test {
@@ -180,17 +181,56 @@ TEST(FileDataset, BadDirectoriesAndFilesAreNamed) {
   expect_error([&] { with_extra.image(1, 0, 0, 0); }, "16 image placeholders (token 2) but 2 images of 16 tokens");
 }
 
+// check_data_files refuses `c`, naming data.files and saying `what`.
+void expect_refused_files(const RunConfig& c, const std::string& what) {
+  try {
+    check_data_files(c);
+    ADD_FAILURE() << "accepted; expected an error saying " << what;
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.key(), "data.files");
+    EXPECT_NE(e.reason().find(what), std::string::npos) << e.what();
+  }
+}
+
 TEST(FileDataset, TooFewSamplesForAStepIsAConfigError) {
   RunConfig c = tiny_config(16);
   c.data.files = numbered_dataset("too_few", c);
-  try {
-    check_data_files(c);
-    FAIL() << "accepted 9 samples for a batch of 16";
-  } catch (const ConfigError& e) {
-    EXPECT_EQ(e.key(), "data.files");
-    EXPECT_NE(e.reason().find("holds 9 samples in 3 files, fewer than data.global_batch_size = 16"), std::string::npos)
-        << e.what();
-  }
+  expect_refused_files(c, "holds 9 samples in 3 files, fewer than data.global_batch_size = 16");
+}
+
+TEST(FileDataset, TheFilesMeanImagesASampleIsWhatTheModelsCount) {
+  RunConfig c = tiny_config(4);
+  c.data.images_min = 0;
+  c.data.images_max = 2;
+  c.data.files = numbered_dataset("image_counts", c);  // 9 samples holding 0, 1, 2, 0, ... images: 9 in all
+  EXPECT_EQ(with_file_image_counts(c).data.files_images_per_sample, 1.0);
+  c.data.images_max = 4;  // the synthetic data's expected count would be 2 a sample; the files' is 1
+  const RunConfig measured = with_file_image_counts(c);
+  EXPECT_DOUBLE_EQ(expected_images_per_step(measured), 4 * 1.0);
+  EXPECT_NO_THROW(check_data_files(measured));
+  RunConfig synthetic = c;
+  synthetic.data.files.clear();
+  EXPECT_EQ(with_file_image_counts(synthetic).data.files_images_per_sample, -1);
+  EXPECT_DOUBLE_EQ(expected_images_per_step(with_file_image_counts(synthetic)), 4 * 2.0);
+}
+
+TEST(FileDataset, TrainingHoldsEachSampleToImagesMax) {
+  RunConfig c = tiny_config(4);
+  c.data.images_max = 1;  // the files' mean is 1, so the preflight passes; samples 2, 5 and 8 hold 2 images each
+  c.data.shuffle = false;
+  c.data.files = numbered_dataset("images_cap", c);
+  EXPECT_NO_THROW(check_data_files(c));
+  const std::unique_ptr<BatchSource> training = training_data(c, at::kCPU);
+  EXPECT_EQ(training->text(1, 1).image_classes.size(), 1u);
+  expect_error([&] { training->text(1, 2); },
+               "a.safetensors: sample 2 holds 2 images, more than data.images_max = 1, the most the memory model and "
+               "planner count a sample: raise data.images_max");
+  // hetpar eval reads any count: it plans nothing.
+  const FileDataset uncapped(c.data.files, c, at::kCPU, false, 1);
+  EXPECT_EQ(uncapped.text(1, 2).image_classes.size(), 2u);
+  // A mean above images_max is refused before any rank starts.
+  c.data.images_max = 0;
+  expect_refused_files(c, ": images per sample 1 on average, more than data.images_max = 0");
 }
 
 // The synthetic data's samples of steps 1..steps, written as batch files of

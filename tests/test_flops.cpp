@@ -119,7 +119,10 @@ TEST(ModelFlops, ImagePartIsLinearInImageCount) {
 }
 
 TEST(ModelFlops, ExpectedImagesPerStep) {
-  EXPECT_DOUBLE_EQ(expected_images_per_step(small_run()), 2 * 1.5);
+  RunConfig c = small_run();
+  EXPECT_DOUBLE_EQ(expected_images_per_step(c), 2 * 1.5);
+  c.data.files_images_per_sample = 0.25;  // measured from data.files: images_min/max no longer count
+  EXPECT_DOUBLE_EQ(expected_images_per_step(c), 2 * 0.25);
 }
 
 // GPT shape (no GQA, ffn 4h, ungated, full attention) + untied head, ×3.

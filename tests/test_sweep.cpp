@@ -146,6 +146,16 @@ TEST(Sweep, DryRunListsInvalidPointsWithTheirReason) {
   EXPECT_NE(output.find("4 points (2 valid, 2 invalid), 2 baselines"), std::string::npos) << output;
 }
 
+// Runs on data.files count the files' images; files that cannot be read make every run invalid, named.
+TEST(Sweep, DryRunNamesUnreadableDataFiles) {
+  const auto [code, output] = run_command(std::string(HETPAR_BINARY) + " sweep " + kSweeps +
+                                          "/two_points.toml --dry-run --set data.files=/nonexistent/shards");
+  EXPECT_EQ(code, 2) << output;
+  EXPECT_NE(output.find("INVALID: data.files: /nonexistent/shards: not a directory of batch files"), std::string::npos)
+      << output;
+  EXPECT_NE(output.find("(0 valid, 2 invalid)"), std::string::npos) << output;
+}
+
 TEST(Sweep, FailedRunsAreRecordedAndTheSweepGoesOn) {
   const std::string out = fresh_dir("sweep_failing");
   // Rank 1 of every run dies at step 2.

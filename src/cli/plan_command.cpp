@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "config/config_error.hpp"
+#include "data/data_sources.hpp"
 #include "plan/plan_report.hpp"
 #include "plan/planner.hpp"
 #include "util/durable_file.hpp"
@@ -51,6 +52,8 @@ int run_plan(const PlanArgs& args) {
   RunConfig base;
   try {
     base = load_run_config(args.run_file, args.overrides);
+    check_data_files(base);
+    base = with_file_image_counts(base);  // the files' images, not the synthetic data's, are planned for
   } catch (const ConfigError& e) {
     die(kExitConfigError, e.what());
   }
@@ -76,6 +79,10 @@ int run_plan(const PlanArgs& args) {
     mark_output_dir(out, plan_outputs());
   } catch (const std::exception& e) {
     die(kExitConfigError, std::string("--out: ") + e.what());
+  }
+  if (!base.data.files.empty()) {
+    log_info("{} images a sample on average, from the headers of {}; at most data.images_max = {} a sample",
+             base.data.files_images_per_sample, base.data.files, base.data.images_max);
   }
   PlanOptions options;
   options.devices = args.devices;

@@ -13,6 +13,7 @@
 #include "sweep/sweep_dir.hpp"
 #include "util/durable_file.hpp"
 #include "config/config_error.hpp"
+#include "data/data_sources.hpp"
 #include "metrics/model_flops.hpp"
 #include "sweep/sweep_runner.hpp"
 #include "util/exit_codes.hpp"
@@ -55,6 +56,29 @@ void refuse_what_this_machine_cannot_host(std::vector<SweepRun>& runs) {
     if (r.is_baseline) invalid_baselines[r.id] = why;
     r.invalid_reason = why;
     r.config.reset();
+  }
+}
+
+// Runs on data.files count the files' images (from their headers) in the dry
+// run's FLOPs and the predictions; a run whose files cannot be read is
+// invalid, and so is a point whose baseline's cannot.
+void count_file_images(std::vector<SweepRun>& runs) {
+  std::map<std::string, std::string> unreadable;
+  for (SweepRun& r : runs) {
+    if (!r.config) continue;
+    try {
+      r.config = with_file_image_counts(*r.config);
+    } catch (const std::runtime_error& e) {
+      r.invalid_reason = std::string("data.files: ") + e.what();
+      if (r.is_baseline) unreadable[r.id] = r.invalid_reason;
+      r.config.reset();
+    }
+  }
+  for (SweepRun& r : runs) {
+    if (r.config && !r.is_baseline && unreadable.count(r.baseline_id)) {
+      r.invalid_reason = "its baseline is invalid: " + unreadable[r.baseline_id];
+      r.config.reset();
+    }
   }
 }
 
@@ -134,6 +158,7 @@ int run_sweep_command(const SweepArgs& args) {
     }
   }
   std::vector<SweepRun> runs = expand_sweep(spec, args.overrides);
+  count_file_images(runs);
   if (args.dry_run) return dry_run(spec, runs, args.launch.empty(), args.repeat);
   if (args.launch.empty()) refuse_what_this_machine_cannot_host(runs);
   runs = repeat_runs(runs, args.repeat);

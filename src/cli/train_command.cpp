@@ -83,7 +83,9 @@ int run_train(const TrainArgs& args) {
   JobArgs job = args.job;
   job.hf_model_dir = args.outputs.init_hf;
   return run_job("train", job, rank_args, [&](const RunConfig& config, const LaunchEnv& env) {
-    return run_train_job(config, env, outputs_of(config));
+    // Every rank measures the same headers: the FLOP count and the colocated
+    // pipeline's stage costs count the files' images alike.
+    return run_train_job(with_file_image_counts(config), env, outputs_of(config));
   }, prepare_outputs);
 }
 

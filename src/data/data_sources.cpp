@@ -15,7 +15,8 @@ uint64_t seed_of(const RunConfig& config) { return static_cast<uint64_t>(config.
 
 std::unique_ptr<BatchSource> training_data(const RunConfig& config, const at::Device& device) {
   if (!config.data.files.empty()) {
-    return std::make_unique<FileDataset>(config.data.files, config, device, config.data.shuffle, seed_of(config));
+    return std::make_unique<FileDataset>(config.data.files, config, device, config.data.shuffle, seed_of(config),
+                                         ImagesPerSample::kAtMostImagesMax);
   }
   return std::make_unique<SyntheticData>(config.encoder, config.llm, config.data, seed_of(config), device);
 }
@@ -23,14 +24,28 @@ std::unique_ptr<BatchSource> training_data(const RunConfig& config, const at::De
 std::unique_ptr<BatchSource> held_out_data(const RunConfig& config, const at::Device& device) {
   // Held-out batches are the same at every evaluation: the files in their order.
   if (!config.data.eval_files.empty()) {
-    return std::make_unique<FileDataset>(config.data.eval_files, config, device, /*shuffle=*/false, seed_of(config));
+    return std::make_unique<FileDataset>(config.data.eval_files, config, device, /*shuffle=*/false, seed_of(config),
+                                         ImagesPerSample::kAtMostImagesMax);
   }
   return std::make_unique<SyntheticData>(config.encoder, config.llm, config.data, seed_of(config), device,
                                          DataStream::kHeldOut);
 }
 
+namespace {
+
+// The files' headers, read and checked.
+FileDataset headers_of(const std::string& dir, const RunConfig& config) {
+  return FileDataset(dir, config, at::kCPU, /*shuffle=*/false, seed_of(config));
+}
+
+double images_per_sample(const FileDataset& files) {
+  return static_cast<double>(files.images()) / static_cast<double>(files.samples());
+}
+
+}  // namespace
+
 void check_batch_files(const std::string& dir, const RunConfig& config, int64_t needed, const std::string& what) {
-  const FileDataset files(dir, config, at::kCPU, /*shuffle=*/false, seed_of(config));
+  const FileDataset files = headers_of(dir, config);
   if (files.samples() < needed) {
     throw std::runtime_error(fmt::format("{} holds {} samples in {} files, fewer than {} = {}", dir, files.samples(),
                                          files.files(), what, needed));
@@ -42,6 +57,12 @@ void check_data_files(const RunConfig& config) {
     if (dir.empty()) return;
     try {
       check_batch_files(dir, config, needed, what);
+      // Each sample is held to images_max when read; a mean above it fails sooner or later, so now.
+      if (const double mean = images_per_sample(headers_of(dir, config)); mean > double(config.data.images_max)) {
+        throw std::runtime_error(fmt::format("{}: images per sample {:.3g} on average, more than data.images_max = "
+                                             "{}, the most the memory model and planner count a sample: raise "
+                                             "data.images_max", dir, mean, config.data.images_max));
+      }
     } catch (const std::runtime_error& e) {
       throw ConfigError(config.source_file, key, e.what());
     }
@@ -50,6 +71,13 @@ void check_data_files(const RunConfig& config) {
   check(config.data.files, "data.files", batch, "data.global_batch_size");
   check(config.data.eval_files, "data.eval_files", config.run.eval_batches * batch,
         "run.eval_batches x data.global_batch_size");
+}
+
+RunConfig with_file_image_counts(RunConfig config) {
+  if (!config.data.files.empty()) {
+    config.data.files_images_per_sample = images_per_sample(headers_of(config.data.files, config));
+  }
+  return config;
 }
 
 }  // namespace hetpar

@@ -20,8 +20,17 @@ std::unique_ptr<BatchSource> held_out_data(const RunConfig& config, const at::De
 void check_batch_files(const std::string& dir, const RunConfig& config, int64_t needed, const std::string& what);
 
 // Before any rank starts: data.files and data.eval_files open, their headers
-// fit the model, and they hold a step's samples (the held-out files every
-// evaluation's); throws ConfigError naming the key otherwise.
+// fit the model, they hold a step's samples (the held-out files every
+// evaluation's) and no more images a sample on average than data.images_max;
+// throws ConfigError naming the key otherwise. Training on them holds each
+// sample to data.images_max when it is read.
 void check_data_files(const RunConfig& config);
+
+// The config with data.files' mean images per sample, from their headers, in
+// data.files_images_per_sample: the FLOP count, step and memory models and
+// planner then count the files' images rather than the synthetic data's.
+// Unchanged without data.files; throws std::runtime_error naming the file
+// when one cannot be read.
+RunConfig with_file_image_counts(RunConfig config);
 
 }  // namespace hetpar

@@ -26,14 +26,14 @@ std::vector<std::string> batch_files(const std::string& dir) {
 }
 
 FileDataset::FileDataset(const std::string& dir, const RunConfig& config, const at::Device& device, bool shuffle,
-                         uint64_t seed)
+                         uint64_t seed, ImagesPerSample cap)
     : BatchSource(config.encoder, config.llm, config.data.global_batch_size, device), dir_(dir), config_(config),
-      shuffle_(shuffle), seed_(seed) {
+      shuffle_(shuffle), seed_(seed), cap_(cap) {
   for (const std::string& path : batch_files(dir)) {
     Shard shard{path, read_safetensors_header(path)};
     const SafetensorsEntry& ids = safetensors_entry(shard.header, path, "input_ids");
-    check_batch_shapes(ids.shape, safetensors_entry(shard.header, path, "labels").shape,
-                       safetensors_entry(shard.header, path, "pixel_values").shape, config, path);
+    const SafetensorsEntry& pixels = safetensors_entry(shard.header, path, "pixel_values");
+    check_batch_shapes(ids.shape, safetensors_entry(shard.header, path, "labels").shape, pixels.shape, config, path);
     for (const char* name : {"input_ids", "labels"}) {
       const at::ScalarType type = safetensors_entry(shard.header, path, name).dtype;
       if (type != at::kLong && type != at::kInt) {
@@ -41,13 +41,13 @@ FileDataset::FileDataset(const std::string& dir, const RunConfig& config, const 
                                              c10::toString(type)));
       }
     }
-    const at::ScalarType pixels = safetensors_entry(shard.header, path, "pixel_values").dtype;
-    if (!at::isFloatingType(pixels)) {
-      throw std::runtime_error(fmt::format("{}: pixel_values must hold floats, not {}", path, c10::toString(pixels)));
+    if (!at::isFloatingType(pixels.dtype)) {
+      throw std::runtime_error(fmt::format("{}: pixel_values must hold floats, not {}", path, c10::toString(pixels.dtype)));
     }
     shard.first = samples_;
     shard.samples = ids.shape[0];
     samples_ += shard.samples;
+    images_ += pixels.shape[0];
     if (shard.samples > 0) shards_.push_back(std::move(shard));
   }
   if (samples_ == 0) throw std::runtime_error(dir + ": its batch files hold no sample");
@@ -109,8 +109,15 @@ SampleText FileDataset::text(int64_t step, int64_t sample) const {
   const Shard& s = *at.shard;
   const at::Tensor ids = read_safetensors_rows(s.path, s.header, "input_ids", at.row, 1).to(at::kLong).contiguous();
   const at::Tensor labels = read_safetensors_rows(s.path, s.header, "labels", at.row, 1).to(at::kLong).contiguous();
-  return cached_[sample] = sample_from_rows(ids.data_ptr<int64_t>(), labels.data_ptr<int64_t>(), ids.size(1), config_,
-                                            fmt::format("{}: sample {}", s.path, at.row));
+  const std::string name = fmt::format("{}: sample {}", s.path, at.row);
+  SampleText text = sample_from_rows(ids.data_ptr<int64_t>(), labels.data_ptr<int64_t>(), ids.size(1), config_, name);
+  const auto images = static_cast<int64_t>(text.image_classes.size());
+  if (cap_ == ImagesPerSample::kAtMostImagesMax && images > config_.data.images_max) {
+    throw std::runtime_error(fmt::format("{} holds {} images, more than data.images_max = {}, the most the memory "
+                                         "model and planner count a sample: raise data.images_max",
+                                         name, images, config_.data.images_max));
+  }
+  return cached_[sample] = std::move(text);
 }
 
 at::Tensor FileDataset::image(int64_t step, int64_t sample, int index, int /*image_class*/) const {

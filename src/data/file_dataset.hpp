@@ -29,16 +29,23 @@ namespace hetpar {
 // directory or holds none.
 std::vector<std::string> batch_files(const std::string& dir);
 
+// Training counts on data.images_max: the memory model and planner bound a
+// sample's images by it. A capped dataset refuses a sample that holds more,
+// naming it, when the sample is read.
+enum class ImagesPerSample { kAny, kAtMostImagesMax };
+
 class FileDataset : public BatchSource {
  public:
   // Throws std::runtime_error naming the directory or file when the directory
   // is missing or holds no batch file, or a file's header does not fit the model.
-  FileDataset(const std::string& dir, const RunConfig& config, const at::Device& device, bool shuffle, uint64_t seed);
+  FileDataset(const std::string& dir, const RunConfig& config, const at::Device& device, bool shuffle, uint64_t seed,
+              ImagesPerSample cap = ImagesPerSample::kAny);
   SampleText text(int64_t step, int64_t sample) const override;
   at::Tensor image(int64_t step, int64_t sample, int index, int image_class) const override;
   std::string description() const override;
 
   int64_t samples() const { return samples_; }
+  int64_t images() const { return images_; }  // in all files, from their headers
   int64_t files() const { return static_cast<int64_t>(shards_.size()); }
 
  private:
@@ -61,8 +68,10 @@ class FileDataset : public BatchSource {
   RunConfig config_;
   bool shuffle_;
   uint64_t seed_;
+  ImagesPerSample cap_;
   std::vector<Shard> shards_;
   int64_t samples_ = 0;
+  int64_t images_ = 0;
   mutable std::map<int64_t, std::vector<int64_t>> orders_;  // shuffled epochs, the latest two kept
   // The latest step's samples as read: a step asks for each several times
   // (the loss divisor, the routing plan, the micro-batch), each a file read.

@@ -51,7 +51,9 @@ struct StepFlops {
 // A step of data.global_batch_size samples holding `images_in_step` images in all.
 StepFlops step_flops(const RunConfig& config, int64_t images_in_step);
 
-// Images per step on average: images per sample are uniform in [images_min, images_max].
+// Images per step on average: with data.files their measured mean a sample
+// (data.files_images_per_sample), else the synthetic data's, uniform in
+// [images_min, images_max].
 double expected_images_per_step(const RunConfig& config);
 
 // The conventions and the per-module forward FLOPs, as human-readable lines.
