@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 
@@ -41,14 +42,14 @@ std::string local_problem(const SweepRun& r) {
   return why.empty() ? local_memory_problem(*r.config, r.world_size) : why;
 }
 
-// Runs on the local launcher get this machine alone, one after another: a
-// point that needs more ranks or memory than it has is invalid, like a
-// layout that does not multiply out (and so is a point whose baseline is).
-void refuse_what_this_machine_cannot_host(std::vector<SweepRun>& runs) {
+// Drops the config of each run `problem_of` names a problem of (it may also
+// refine the config), and of each point whose baseline it dropped (a
+// baseline comes before its points).
+void invalidate(std::vector<SweepRun>& runs, const std::function<std::string(SweepRun&)>& problem_of) {
   std::map<std::string, std::string> invalid_baselines;
   for (SweepRun& r : runs) {
     if (!r.config) continue;
-    std::string why = local_problem(r);
+    std::string why = problem_of(r);
     if (why.empty() && !r.is_baseline && invalid_baselines.count(r.baseline_id)) {
       why = "its baseline is invalid: " + invalid_baselines[r.baseline_id];
     }
@@ -59,27 +60,23 @@ void refuse_what_this_machine_cannot_host(std::vector<SweepRun>& runs) {
   }
 }
 
+// Runs on the local launcher get this machine alone, one after another: a
+// point that needs more ranks or memory than it has is invalid, like a
+// layout that does not multiply out (and so is a point whose baseline is).
+void refuse_what_this_machine_cannot_host(std::vector<SweepRun>& runs) { invalidate(runs, local_problem); }
+
 // Runs on data.files count the files' images (from their headers) in the dry
 // run's FLOPs and the predictions; a run whose files cannot be read is
 // invalid, and so is a point whose baseline's cannot.
 void count_file_images(std::vector<SweepRun>& runs) {
-  std::map<std::string, std::string> unreadable;
-  for (SweepRun& r : runs) {
-    if (!r.config) continue;
+  invalidate(runs, [](SweepRun& r) {
     try {
       r.config = with_file_image_counts(*r.config);
+      return std::string();
     } catch (const std::runtime_error& e) {
-      r.invalid_reason = std::string("data.files: ") + e.what();
-      if (r.is_baseline) unreadable[r.id] = r.invalid_reason;
-      r.config.reset();
+      return std::string("data.files: ") + e.what();
     }
-  }
-  for (SweepRun& r : runs) {
-    if (r.config && !r.is_baseline && unreadable.count(r.baseline_id)) {
-      r.invalid_reason = "its baseline is invalid: " + unreadable[r.baseline_id];
-      r.config.reset();
-    }
-  }
+  });
 }
 
 // A dry run plans for any machine (a cluster's, with --launch); it says which

@@ -44,21 +44,26 @@ double images_per_sample(const FileDataset& files) {
 
 }  // namespace
 
-void check_batch_files(const std::string& dir, const RunConfig& config, int64_t needed, const std::string& what) {
-  const FileDataset files = headers_of(dir, config);
+// The files hold at least `needed` samples (`what` says which setting asks for them).
+void check_enough_samples(const FileDataset& files, const std::string& dir, int64_t needed, const std::string& what) {
   if (files.samples() < needed) {
     throw std::runtime_error(fmt::format("{} holds {} samples in {} files, fewer than {} = {}", dir, files.samples(),
                                          files.files(), what, needed));
   }
 }
 
+void check_batch_files(const std::string& dir, const RunConfig& config, int64_t needed, const std::string& what) {
+  check_enough_samples(headers_of(dir, config), dir, needed, what);
+}
+
 void check_data_files(const RunConfig& config) {
   const auto check = [&](const std::string& dir, const char* key, int64_t needed, const std::string& what) {
     if (dir.empty()) return;
     try {
-      check_batch_files(dir, config, needed, what);
+      const FileDataset files = headers_of(dir, config);
+      check_enough_samples(files, dir, needed, what);
       // Each sample is held to images_max when read; a mean above it fails sooner or later, so now.
-      if (const double mean = images_per_sample(headers_of(dir, config)); mean > double(config.data.images_max)) {
+      if (const double mean = images_per_sample(files); mean > double(config.data.images_max)) {
         throw std::runtime_error(fmt::format("{}: images per sample {:.3g} on average, more than data.images_max = "
                                              "{}, the most the memory model and planner count a sample: raise "
                                              "data.images_max", dir, mean, config.data.images_max));
