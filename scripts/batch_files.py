@@ -16,8 +16,10 @@ image token) per image, in order.
 Output: OUT/part_00000.safetensors, ... of --per-file samples each, in
 input order: input_ids and labels [samples, longest sample] (int64; padded
 with the pad id and no loss; labels are the ids, unshifted, with -100 on
-image tokens, padding and prompt tokens) and pixel_values [images, C, H, W]
-(float32). OUT must be new or empty; nothing else is written, and nothing
+image tokens, padding and prompt tokens), pixel_values [images, C, H, W]
+(float32) and image_counts [samples] (int64: each sample's images, so hetpar
+indexes a file's images and checks every sample against data.images_max
+without reading its input_ids). OUT must be new or empty; nothing else is written, and nothing
 is deleted. Bad input (a missing image, a placeholder count that does not
 match, a sample longer than --max-tokens) exits 2 naming the line.
 """
@@ -107,17 +109,20 @@ def write_file(path, samples, pad_id, image_shape):
     longest = max(len(ids) for ids, _, _ in samples)
     ids = torch.full((len(samples), longest), pad_id, dtype=torch.int64)
     labels = torch.full((len(samples), longest), IGNORED, dtype=torch.int64)
+    counts = torch.zeros(len(samples), dtype=torch.int64)
     pixels = []
     for row, (i, l, p) in enumerate(samples):
         ids[row, :len(i)] = i
         labels[row, :len(l)] = l
         if p is not None:
             pixels.append(p.to(torch.float32))
+            counts[row] = p.shape[0]
     # No image in this file: an empty tensor of the processor's image shape.
     pixel_values = torch.cat(pixels) if pixels else torch.empty((0, *image_shape))
     partial = path.with_name(path.name + ".partial")
     try:
-        save_file({"input_ids": ids, "labels": labels, "pixel_values": pixel_values.contiguous()}, str(partial))
+        save_file({"input_ids": ids, "labels": labels, "pixel_values": pixel_values.contiguous(),
+                   "image_counts": counts}, str(partial))
         os.replace(partial, path)  # a file is there whole or not at all
     except Exception as e:  # a full disk, a directory gone (safetensors raises its own error type)
         partial.unlink(missing_ok=True)  # this script's own unfinished file, nothing else

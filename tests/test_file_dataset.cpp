@@ -11,10 +11,12 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 
 #include "config/config_error.hpp"
 #include "data/data_sources.hpp"
+#include "data/file_batch.hpp"
 #include "data/file_dataset.hpp"
 #include "data/synthetic_data.hpp"
 #include "io/safetensors.hpp"
@@ -40,7 +42,9 @@ struct FileSample {
   std::vector<at::Tensor> images;  // [C, H, W] each
 };
 
-void write_batch_file(const std::string& path, const std::vector<FileSample>& samples, const RunConfig& c) {
+// With `image_counts`, the file holds that tensor too (batch_files.py writes each sample's count).
+void write_batch_file(const std::string& path, const std::vector<FileSample>& samples, const RunConfig& c,
+                      const std::optional<at::Tensor>& image_counts = std::nullopt) {
   const auto length = static_cast<int64_t>(samples.at(0).ids.size());
   at::Tensor ids = at::empty({static_cast<int64_t>(samples.size()), length}, at::kLong);
   at::Tensor labels = at::empty_like(ids);
@@ -52,7 +56,16 @@ void write_batch_file(const std::string& path, const std::vector<FileSample>& sa
   }
   const at::Tensor pixels = images.empty() ? at::empty({0, c.encoder.channels, c.encoder.image_size, c.encoder.image_size})
                                            : at::stack(images);
-  write_safetensors(path, {{"input_ids", ids}, {"labels", labels}, {"pixel_values", pixels}});
+  std::vector<std::pair<std::string, at::Tensor>> tensors{{"input_ids", ids}, {"labels", labels}, {"pixel_values", pixels}};
+  if (image_counts) tensors.emplace_back("image_counts", *image_counts);
+  write_safetensors(path, tensors);
+}
+
+// Each sample's own count, as batch_files.py writes it.
+at::Tensor counts_of(const std::vector<FileSample>& samples) {
+  at::Tensor counts = at::empty({static_cast<int64_t>(samples.size())}, at::kLong);
+  for (size_t b = 0; b < samples.size(); ++b) counts[b] = static_cast<int64_t>(samples[b].images.size());
+  return counts;
 }
 
 // Sample `n` of a hand-made dataset: its number in the first text token, `images` images of value n + i.
@@ -74,14 +87,15 @@ RunConfig tiny_config(int64_t global_batch) {
   return load_run_config(kTiny, {"data.global_batch_size=" + std::to_string(global_batch)});
 }
 
-// Three files of 3, 2 and 4 samples (9 in all), sample n holding n % 3 images.
-std::string numbered_dataset(const std::string& tag, const RunConfig& c) {
+// Three files of 3, 2 and 4 samples (9 in all), sample n holding n % 3 images;
+// `counted`: each file with its image_counts.
+std::string numbered_dataset(const std::string& tag, const RunConfig& c, bool counted = false) {
   const std::string dir = fresh_dir(tag);
   int64_t n = 0;
   for (const auto& [name, count] : {std::pair{"a.safetensors", 3}, std::pair{"b.safetensors", 2}, std::pair{"c.safetensors", 4}}) {
     std::vector<FileSample> samples;
     for (int i = 0; i < count; ++i, ++n) samples.push_back(numbered(n, static_cast<int>(n % 3), c));
-    write_batch_file(dir + "/" + name, samples, c);
+    write_batch_file(dir + "/" + name, samples, c, counted ? std::optional(counts_of(samples)) : std::nullopt);
   }
   std::ofstream(dir + "/notes.txt") << "not a batch file: left out\n";
   return dir;
@@ -231,6 +245,64 @@ TEST(FileDataset, TrainingHoldsEachSampleToImagesMax) {
   // A mean above images_max is refused before any rank starts.
   c.data.images_max = 0;
   expect_refused_files(c, ": images per sample 1 on average, more than data.images_max = 0");
+}
+
+TEST(FileDataset, ImageCountsIndexTheSameImagesAndHoldEachSampleToImagesMaxAtOpen) {
+  RunConfig c = tiny_config(4);
+  c.data.images_min = 0;
+  c.data.images_max = 2;
+  c.data.shuffle = false;
+  const FileDataset scanned(numbered_dataset("counts_scanned", c), c, at::kCPU, true, 3);
+  c.data.files = numbered_dataset("counts_counted", c, /*counted=*/true);
+  const FileDataset counted(c.data.files, c, at::kCPU, true, 3);
+  for (int64_t step = 1; step <= 5; ++step) {  // two epochs and a bit, shuffled
+    for (int64_t i = 0; i < 4; ++i) {
+      const SampleText t = counted.text(step, i);
+      ASSERT_EQ(t.ids, scanned.text(step, i).ids);
+      for (size_t k = 0; k < t.image_classes.size(); ++k) {
+        EXPECT_TRUE(at::equal(counted.image(step, i, int(k), 0), scanned.image(step, i, int(k), 0)));
+      }
+    }
+  }
+  EXPECT_EQ(with_file_image_counts(c).data.files_images_per_sample, 1.0);
+  // The fullest sample (2 images) against images_max = 1: named at open, though the mean (1) fits.
+  c.data.images_max = 1;
+  const std::string over = "a.safetensors: sample 2 holds 2 images, more than data.images_max = 1";
+  expect_refused_files(c, over);
+  expect_error([&] { training_data(c, at::kCPU); }, over);
+  RunConfig held_out = c;
+  held_out.data.eval_files = c.data.files;
+  expect_error([&] { held_out_data(held_out, at::kCPU); }, over);
+  EXPECT_NO_THROW(FileDataset(c.data.files, c, at::kCPU, false, 1));  // hetpar eval takes any count
+}
+
+TEST(FileDataset, ImageCountsThatDisagreeWithTheFileAreNamed) {
+  const RunConfig c = tiny_config(2);
+  const std::vector<FileSample> samples{numbered(0, 1, c), numbered(1, 0, c)};
+  const auto open_with = [&](const std::string& tag, const at::Tensor& counts) {
+    const std::string dir = fresh_dir(tag);
+    write_batch_file(dir + "/a.safetensors", samples, c, counts);
+    return FileDataset(dir, c, at::kCPU, false, 1);
+  };
+  expect_error([&] { open_with("counts_sum", at::tensor({1, 1}, at::kLong)); },
+               "a.safetensors: image_counts add up to 2 images but pixel_values holds 1");
+  expect_error([&] { open_with("counts_shape", at::tensor({1}, at::kLong)); },
+               "a.safetensors: image_counts has shape [1], expected [2] (one count a sample)");
+  expect_error([&] { open_with("counts_type", at::tensor({1.0f, 0.0f})); },
+               "a.safetensors: image_counts must hold integers (int64 or int32), not Float");
+  expect_error([&] { open_with("counts_negative", at::tensor({2, -1}, at::kInt)); },
+               "a.safetensors: image_counts gives sample 1 -1 images");
+  // The right sum on the wrong samples: named when the sample is read, not trusted.
+  const FileDataset swapped = open_with("counts_swapped", at::tensor({0, 1}, at::kLong));
+  expect_error([&] { swapped.text(1, 0); },
+               "a.safetensors: sample 0 holds 1 images by its placeholders, but its file's image_counts says 0");
+  // hetpar eval's single batch file checks them the same way.
+  const std::string dir = fresh_dir("counts_one_file");
+  write_batch_file(dir + "/a.safetensors", samples, c, at::tensor({0, 1}, at::kLong));
+  expect_error([&] { FileBatch(dir + "/a.safetensors", c, at::kCPU); },
+               "a.safetensors: sample 0 holds 1 images by its placeholders, but its file's image_counts says 0");
+  write_batch_file(dir + "/b.safetensors", samples, c, counts_of(samples));
+  EXPECT_EQ(FileBatch(dir + "/b.safetensors", c, at::kCPU).samples(), 2);
 }
 
 // The synthetic data's samples of steps 1..steps, written as batch files of

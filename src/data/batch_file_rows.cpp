@@ -1,5 +1,6 @@
 #include "data/batch_file_rows.hpp"
 
+#include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -69,6 +70,37 @@ void check_batch_shapes(const std::vector<int64_t>& ids, const std::vector<int64
   if (pixels.size() != 4 || std::vector<int64_t>(pixels.begin() + 1, pixels.end()) != image_shape) {
     throw std::runtime_error(fmt::format("{}: pixel_values has shape [{}], expected [images, {}]", path,
                                          fmt::join(pixels, ", "), fmt::join(image_shape, ", ")));
+  }
+}
+
+std::vector<int64_t> checked_image_counts(const at::Tensor& counts, int64_t samples, int64_t images,
+                                          const std::string& path) {
+  if (counts.dim() != 1 || counts.size(0) != samples) {
+    throw std::runtime_error(fmt::format("{}: image_counts has shape [{}], expected [{}] (one count a sample)", path,
+                                         fmt::join(counts.sizes(), ", "), samples));
+  }
+  if (counts.scalar_type() != at::kLong && counts.scalar_type() != at::kInt) {
+    throw std::runtime_error(fmt::format("{}: image_counts must hold integers (int64 or int32), not {}", path,
+                                         c10::toString(counts.scalar_type())));
+  }
+  const at::Tensor as_long = counts.to(at::kLong).contiguous();
+  std::vector<int64_t> out(as_long.data_ptr<int64_t>(), as_long.data_ptr<int64_t>() + samples);
+  int64_t total = 0;
+  for (size_t b = 0; b < out.size(); ++b) {
+    if (out[b] < 0) throw std::runtime_error(fmt::format("{}: image_counts gives sample {} {} images", path, b, out[b]));
+    total += out[b];
+  }
+  if (total != images) {
+    throw std::runtime_error(fmt::format("{}: image_counts add up to {} images but pixel_values holds {}", path, total,
+                                         images));
+  }
+  return out;
+}
+
+void check_image_count(int64_t counted, int64_t declared, const std::string& where) {
+  if (counted != declared) {
+    throw std::runtime_error(fmt::format("{} holds {} images by its placeholders, but its file's image_counts says {}",
+                                         where, counted, declared));
   }
 }
 

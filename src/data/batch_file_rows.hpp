@@ -28,4 +28,13 @@ SampleText sample_from_rows(const int64_t* ids, const int64_t* labels, int64_t l
 void check_batch_shapes(const std::vector<int64_t>& ids, const std::vector<int64_t>& labels,
                         const std::vector<int64_t>& pixels, const RunConfig& config, const std::string& path);
 
+// A file's `image_counts` as numbers, checked: one count a sample of `samples`,
+// none negative, adding up to `images` (pixel_values' rows); throws naming `path`.
+std::vector<int64_t> checked_image_counts(const at::Tensor& counts, int64_t samples, int64_t images,
+                                          const std::string& path);
+
+// A sample's images by its placeholders (`counted`) against its file's
+// image_counts (`declared`); throws starting with `where` when they differ.
+void check_image_count(int64_t counted, int64_t declared, const std::string& where);
+
 }  // namespace hetpar

@@ -33,9 +33,9 @@ std::unique_ptr<BatchSource> held_out_data(const RunConfig& config, const at::De
 
 namespace {
 
-// The files' headers, read and checked.
-FileDataset headers_of(const std::string& dir, const RunConfig& config) {
-  return FileDataset(dir, config, at::kCPU, /*shuffle=*/false, seed_of(config));
+// The files' headers, read and checked (and their image_counts, where they have them).
+FileDataset headers_of(const std::string& dir, const RunConfig& config, ImagesPerSample cap = ImagesPerSample::kAny) {
+  return FileDataset(dir, config, at::kCPU, /*shuffle=*/false, seed_of(config), cap);
 }
 
 double images_per_sample(const FileDataset& files) {
@@ -60,9 +60,10 @@ void check_data_files(const RunConfig& config) {
   const auto check = [&](const std::string& dir, const char* key, int64_t needed, const std::string& what) {
     if (dir.empty()) return;
     try {
-      const FileDataset files = headers_of(dir, config);
+      // Files with image_counts: a sample above images_max is named now.
+      const FileDataset files = headers_of(dir, config, ImagesPerSample::kAtMostImagesMax);
       check_enough_samples(files, dir, needed, what);
-      // Each sample is held to images_max when read; a mean above it fails sooner or later, so now.
+      // Files without: each sample is held to images_max when read; a mean above it fails sooner or later, so now.
       if (const double mean = images_per_sample(files); mean > double(config.data.images_max)) {
         throw std::runtime_error(fmt::format("{}: images per sample {:.3g} on average, more than data.images_max = "
                                              "{}, the most the memory model and planner count a sample: raise "

@@ -35,10 +35,16 @@ FileBatch::FileBatch(const std::string& path, const RunConfig& c, const at::Devi
   pixels_ = tensor_of(tensors, path, "pixel_values").to(at::kFloat);
   check_batch_shapes(ids.sizes().vec(), labels.sizes().vec(), pixels_.sizes().vec(), c, path);
   const int64_t length = ids.size(1);
+  const auto counts = tensors.find("image_counts");
+  const std::vector<int64_t> declared =
+      counts == tensors.end() ? std::vector<int64_t>{}
+                              : checked_image_counts(counts->second, ids.size(0), pixels_.size(0), path);
   int64_t images = 0, target_count = 0;
   for (int64_t b = 0; b < ids.size(0); ++b) {
+    const std::string where = fmt::format("{}: sample {}", path, b);
     SampleText t = sample_from_rows(ids.data_ptr<int64_t>() + b * length, labels.data_ptr<int64_t>() + b * length,
-                                    length, c, fmt::format("{}: sample {}", path, b));
+                                    length, c, where);
+    if (!declared.empty()) check_image_count(static_cast<int64_t>(t.image_classes.size()), declared[b], where);
     for (const int64_t target : t.targets) target_count += target >= 0;
     first_image_.push_back(images);
     images += static_cast<int64_t>(t.image_classes.size());

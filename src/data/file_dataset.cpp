@@ -46,6 +46,7 @@ FileDataset::FileDataset(const std::string& dir, const RunConfig& config, const 
     }
     shard.first = samples_;
     shard.samples = ids.shape[0];
+    if (shard.header.entries.count("image_counts") > 0) index_images(shard, pixels.shape[0]);
     samples_ += shard.samples;
     images_ += pixels.shape[0];
     if (shard.samples > 0) shards_.push_back(std::move(shard));
@@ -78,6 +79,29 @@ FileDataset::Place FileDataset::place(int64_t step, int64_t sample) const {
   return {&*shard, index - shard->first};
 }
 
+// Training holds each sample to data.images_max (the memory model and planner's bound).
+void FileDataset::check_images_cap(int64_t images, const std::string& where) const {
+  if (cap_ == ImagesPerSample::kAtMostImagesMax && images > config_.data.images_max) {
+    throw std::runtime_error(fmt::format("{} holds {} images, more than data.images_max = {}, the most the memory "
+                                         "model and planner count a sample: raise data.images_max",
+                                         where, images, config_.data.images_max));
+  }
+}
+
+// A file with image_counts: its images indexed, and its fullest sample held to the cap, at open.
+void FileDataset::index_images(Shard& shard, int64_t images) const {
+  const at::Tensor counts = read_safetensors(shard.path, shard.header, {"image_counts"}).at("image_counts");
+  shard.image_counts = checked_image_counts(counts, shard.samples, images, shard.path);
+  shard.first_image.assign(shard.image_counts.size(), 0);
+  int64_t total = 0;
+  for (size_t b = 0; b < shard.image_counts.size(); ++b) {
+    check_images_cap(shard.image_counts[b], fmt::format("{}: sample {}", shard.path, b));
+    shard.first_image[b] = total;
+    total += shard.image_counts[b];
+  }
+}
+
+// A file without image_counts: its input_ids read once to find each sample's first image.
 const std::vector<int64_t>& FileDataset::first_images(const Shard& shard) const {
   if (!shard.first_image.empty()) return shard.first_image;
   const at::Tensor ids =
@@ -112,11 +136,8 @@ SampleText FileDataset::text(int64_t step, int64_t sample) const {
   const std::string name = fmt::format("{}: sample {}", s.path, at.row);
   SampleText text = sample_from_rows(ids.data_ptr<int64_t>(), labels.data_ptr<int64_t>(), ids.size(1), config_, name);
   const auto images = static_cast<int64_t>(text.image_classes.size());
-  if (cap_ == ImagesPerSample::kAtMostImagesMax && images > config_.data.images_max) {
-    throw std::runtime_error(fmt::format("{} holds {} images, more than data.images_max = {}, the most the memory "
-                                         "model and planner count a sample: raise data.images_max",
-                                         name, images, config_.data.images_max));
-  }
+  if (!s.image_counts.empty()) check_image_count(images, s.image_counts[static_cast<size_t>(at.row)], name);
+  check_images_cap(images, name);
   return cached_[sample] = std::move(text);
 }
 

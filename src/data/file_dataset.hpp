@@ -9,8 +9,9 @@
 // resume.
 //
 // A rank reads only what it asks for: a sample's rows of input_ids and
-// labels, an image's rows of pixel_values, and, the first time it touches a
-// file, the file's input_ids once to find where each sample's images start.
+// labels, an image's rows of pixel_values, and where each sample's images
+// start: from the file's image_counts when it has them (read at open), else
+// from its input_ids, read once the first time the file is touched.
 // The headers are read (and checked) when the dataset is opened; a sample
 // that breaks the format is named (file, sample) when first read.
 #pragma once
@@ -31,7 +32,7 @@ std::vector<std::string> batch_files(const std::string& dir);
 
 // Training counts on data.images_max: the memory model and planner bound a
 // sample's images by it. A capped dataset refuses a sample that holds more,
-// naming it, when the sample is read.
+// naming it: at open when its file has image_counts, else when it is read.
 enum class ImagesPerSample { kAny, kAtMostImagesMax };
 
 class FileDataset : public BatchSource {
@@ -54,7 +55,8 @@ class FileDataset : public BatchSource {
     SafetensorsHeader header;
     int64_t first = 0;  // its first sample's index in the dataset
     int64_t samples = 0;
-    mutable std::vector<int64_t> first_image;  // by sample; filled when the file is first touched
+    std::vector<int64_t> image_counts;         // by sample, from the file; empty when it has none
+    mutable std::vector<int64_t> first_image;  // by sample; at open from image_counts, else at first touch
   };
   struct Place {
     const Shard* shard;
@@ -62,6 +64,8 @@ class FileDataset : public BatchSource {
   };
   Place place(int64_t step, int64_t sample) const;
   const std::vector<int64_t>& first_images(const Shard& shard) const;
+  void index_images(Shard& shard, int64_t images) const;
+  void check_images_cap(int64_t images, const std::string& where) const;
   const std::vector<int64_t>& epoch_order(int64_t epoch) const;
 
   std::string dir_;

@@ -98,6 +98,8 @@ def test_files_hold_the_processors_tokens_with_no_loss_on_images_prompts_and_pad
     prompt_row = second["labels"][0]
     assert (prompt_row[:20] == -100).all() and (prompt_row[20:23] != -100).all()
     assert second["pixel_values"].shape == (3, 3, 32, 32)  # one image, then two
+    # Each sample's images, counted where they were made: hetpar indexes them without reading input_ids.
+    assert first["image_counts"].tolist() == [1, 0] and second["image_counts"].tolist() == [1, 2]
 
 
 def transformers_loss(model_dir, shards):
@@ -130,6 +132,12 @@ def test_hetpar_trains_on_the_directory(model_dir, shards, tmp_path):
                   "--set", "data.global_batch_size=4", "--set", "run.steps=3", "--out", str(tmp_path / "run"))
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"training on 5 samples in 3 batch files of {shards}" in done.stdout
+    # The files' image_counts name the 2-image sample before any rank starts (the mean, 1, is no more than 1).
+    done = hetpar("train", RUN, "--set", f"data.files={shards}", "--set", "data.global_batch_size=4",
+                  "--set", "data.images_max=1", "--set", "run.steps=3", "--out", str(tmp_path / "capped"))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "part_00001.safetensors: sample 1 holds 2 images, more than data.images_max = 1" in done.stderr, done.stderr
+    assert "launching" not in done.stdout + done.stderr
 
 
 def test_bad_input_exits_two_naming_the_line_and_overwrites_nothing(processor_dir, samples_file, shards, tmp_path):
