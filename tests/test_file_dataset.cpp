@@ -224,7 +224,7 @@ TEST(FileDataset, TheFilesMeanImagesASampleIsWhatTheModelsCount) {
   EXPECT_NO_THROW(check_data_files(measured));
   RunConfig synthetic = c;
   synthetic.data.files.clear();
-  EXPECT_EQ(with_file_image_counts(synthetic).data.files_images_per_sample, -1);
+  EXPECT_FALSE(with_file_image_counts(synthetic).data.files_images_per_sample.has_value());
   EXPECT_DOUBLE_EQ(expected_images_per_step(with_file_image_counts(synthetic)), 4 * 2.0);
 }
 

@@ -80,9 +80,9 @@ int run_plan(const PlanArgs& args) {
   } catch (const std::exception& e) {
     die(kExitConfigError, std::string("--out: ") + e.what());
   }
-  if (!base.data.files.empty()) {
+  if (base.data.files_images_per_sample) {
     log_info("{} images a sample on average, from the headers of {}; at most data.images_max = {} a sample",
-             base.data.files_images_per_sample, base.data.files, base.data.images_max);
+             *base.data.files_images_per_sample, base.data.files, base.data.images_max);
   }
   PlanOptions options;
   options.devices = args.devices;

@@ -69,9 +69,9 @@ struct DataConfig {
   bool shuffle = true;             // data.files: each epoch in an order drawn from run.seed
   std::string eval_files;          // a directory of batch files for run.eval_every; empty: synthetic held-out
   // Not a run-file key: data.files' mean images per sample, measured from
-  // their headers (data/data_sources.hpp, with_file_image_counts); < 0 when
-  // not measured, and the synthetic data's (images_min + images_max) / 2 counts.
-  double files_images_per_sample = -1;
+  // their headers (data/data_sources.hpp, with_file_image_counts); when not
+  // measured, the synthetic data's (images_min + images_max) / 2 counts.
+  std::optional<double> files_images_per_sample;
 };
 
 struct OptimConfig {      // AdamW, linear warm-up then cosine decay to min_lr

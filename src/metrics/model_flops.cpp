@@ -71,8 +71,8 @@ StepFlops step_flops(const RunConfig& c, int64_t images_in_step) {
 }
 
 double expected_images_per_step(const RunConfig& c) {
-  const double per_sample = c.data.files_images_per_sample >= 0 ? c.data.files_images_per_sample
-                                                                : static_cast<double>(c.data.images_min + c.data.images_max) / 2;
+  const double per_sample = c.data.files_images_per_sample.value_or(
+      static_cast<double>(c.data.images_min + c.data.images_max) / 2);
   return static_cast<double>(c.data.global_batch_size) * per_sample;
 }
 

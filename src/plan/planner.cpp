@@ -59,7 +59,7 @@ std::optional<PlanCandidate> llm_centric_baseline(const RunConfig& base, const P
                                                   const std::vector<size_t>& uniform) {
   RunConfig text_only = base;
   text_only.data.images_min = text_only.data.images_max = 0;
-  text_only.data.files_images_per_sample = -1;
+  text_only.data.files_images_per_sample.reset();
   std::optional<PlanCandidate> best;
   double best_seconds = 0;
   for (size_t i : uniform) {
