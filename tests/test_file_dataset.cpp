@@ -378,5 +378,22 @@ TEST(TrainingOnFiles, BadDataSettingsExitTwoBeforeAnyRankStarts) {
   EXPECT_NE(out.find("data.eval_files: is read only with run.eval_every > 0"), std::string::npos) << out;
 }
 
+// hetpar plan says what it plans for: the files' mean, and their fullest sample where they count it.
+TEST(TrainingOnFiles, PlanLogsTheFilesImagesASample) {
+  RunConfig c = tiny_config(4);
+  const std::string plan = kHetpar + " plan " + kTiny + " --devices 4 --profile " HETPAR_SOURCE_DIR
+                           "/profiles/h100_dgx.json --set data.global_batch_size=4 --set data.images_min=0 "
+                           "--set data.images_max=2 --out ";
+  auto [code, out] = run_command(plan + fresh_dir("plan_counted") + "/plan --set data.files=" +
+                                 numbered_dataset("plan_counted_files", c, /*counted=*/true));
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("1 images a sample on average, the fullest 2 (image_counts), from the headers of "), std::string::npos) << out;
+  EXPECT_NE(out.find("the memory model counts data.images_max = 2 a sample"), std::string::npos) << out;
+  std::tie(code, out) = run_command(plan + fresh_dir("plan_scanned") + "/plan --set data.files=" +
+                                    numbered_dataset("plan_scanned_files", c));
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("1 images a sample on average, from the headers of "), std::string::npos) << out;
+}
+
 }  // namespace
 }  // namespace hetpar::test

@@ -53,9 +53,13 @@ int run_plan(const PlanArgs& args) {
   try {
     base = load_run_config(args.run_file, args.overrides);
     check_data_files(base);
-    base = with_file_image_counts(base);  // the files' images, not the synthetic data's, are planned for
   } catch (const ConfigError& e) {
     die(kExitConfigError, e.what());
+  }
+  FileImageCounts file_images;
+  if (!base.data.files.empty()) {  // the files' images, not the synthetic data's, are planned for
+    file_images = file_image_counts(base);
+    base.data.files_images_per_sample = file_images.mean;
   }
   std::map<std::string, std::string> labels;
   for (const std::string& label : args.labels) {
@@ -80,9 +84,11 @@ int run_plan(const PlanArgs& args) {
   } catch (const std::exception& e) {
     die(kExitConfigError, std::string("--out: ") + e.what());
   }
-  if (base.data.files_images_per_sample) {
-    log_info("{} images a sample on average, from the headers of {}; at most data.images_max = {} a sample",
-             *base.data.files_images_per_sample, base.data.files, base.data.images_max);
+  if (!base.data.files.empty()) {
+    log_info("{} images a sample on average{}, from the headers of {}; the memory model counts data.images_max = {} "
+             "a sample", file_images.mean,
+             file_images.most ? fmt::format(", the fullest {} (image_counts)", *file_images.most) : "",
+             base.data.files, base.data.images_max);
   }
   PlanOptions options;
   options.devices = args.devices;

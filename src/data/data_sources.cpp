@@ -79,10 +79,13 @@ void check_data_files(const RunConfig& config) {
         "run.eval_batches x data.global_batch_size");
 }
 
+FileImageCounts file_image_counts(const RunConfig& config) {
+  const FileDataset files = headers_of(config.data.files, config);
+  return {images_per_sample(files), files.most_images()};
+}
+
 RunConfig with_file_image_counts(RunConfig config) {
-  if (!config.data.files.empty()) {
-    config.data.files_images_per_sample = images_per_sample(headers_of(config.data.files, config));
-  }
+  if (!config.data.files.empty()) config.data.files_images_per_sample = file_image_counts(config).mean;
   return config;
 }
 

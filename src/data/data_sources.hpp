@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 
 #include "config/run_config.hpp"
 #include "data/batch_source.hpp"
@@ -21,16 +22,25 @@ void check_batch_files(const std::string& dir, const RunConfig& config, int64_t 
 
 // Before any rank starts: data.files and data.eval_files open, their headers
 // fit the model, they hold a step's samples (the held-out files every
-// evaluation's) and no more images a sample on average than data.images_max;
-// throws ConfigError naming the key otherwise. Training on them holds each
-// sample to data.images_max when it is read.
+// evaluation's), no more images a sample on average than data.images_max,
+// and, in files with image_counts, no sample holding more; throws
+// ConfigError naming the key otherwise. Training on files without counts
+// holds each sample to data.images_max when it is read.
 void check_data_files(const RunConfig& config);
 
-// The config with data.files' mean images per sample, from their headers, in
+// data.files' images a sample: the mean from the headers, and the most when
+// every file has image_counts; throws std::runtime_error naming the file when
+// one cannot be read.
+struct FileImageCounts {
+  double mean = 0;
+  std::optional<int64_t> most;
+};
+FileImageCounts file_image_counts(const RunConfig& config);
+
+// The config with data.files' mean images per sample in
 // data.files_images_per_sample: the FLOP count, step and memory models and
 // planner then count the files' images rather than the synthetic data's.
-// Unchanged without data.files; throws std::runtime_error naming the file
-// when one cannot be read.
+// Unchanged without data.files.
 RunConfig with_file_image_counts(RunConfig config);
 
 }  // namespace hetpar

@@ -52,6 +52,11 @@ FileDataset::FileDataset(const std::string& dir, const RunConfig& config, const 
     if (shard.samples > 0) shards_.push_back(std::move(shard));
   }
   if (samples_ == 0) throw std::runtime_error(dir + ": its batch files hold no sample");
+  if (std::all_of(shards_.begin(), shards_.end(), [](const Shard& s) { return !s.image_counts.empty(); })) {
+    int64_t most = 0;
+    for (const Shard& s : shards_) most = std::max(most, *std::max_element(s.image_counts.begin(), s.image_counts.end()));
+    most_images_ = most;
+  }
 }
 
 const std::vector<int64_t>& FileDataset::epoch_order(int64_t epoch) const {

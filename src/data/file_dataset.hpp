@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,8 @@ class FileDataset : public BatchSource {
 
   int64_t samples() const { return samples_; }
   int64_t images() const { return images_; }  // in all files, from their headers
+  // The fullest sample's images when every file has image_counts.
+  std::optional<int64_t> most_images() const { return most_images_; }
   int64_t files() const { return static_cast<int64_t>(shards_.size()); }
 
  private:
@@ -76,6 +79,7 @@ class FileDataset : public BatchSource {
   std::vector<Shard> shards_;
   int64_t samples_ = 0;
   int64_t images_ = 0;
+  std::optional<int64_t> most_images_;
   mutable std::map<int64_t, std::vector<int64_t>> orders_;  // shuffled epochs, the latest two kept
   // The latest step's samples as read: a step asks for each several times
   // (the loss divisor, the routing plan, the micro-batch), each a file read.
