@@ -180,7 +180,8 @@ TEST(Cli, TorchrunNoPython) {
   ASSERT_TRUE(std::filesystem::exists(torchrun)) << "the torch venv has no " << torchrun;
   const std::string dir = ::testing::TempDir() + "/cli_torchrun_" + std::to_string(getpid());
   std::filesystem::remove_all(dir);
-  const auto [code, out] = run_command(torchrun + " --nproc-per-node 2 --master-port " + std::to_string(free_port()) +
+  // torchrun leaves a log directory in TMPDIR: under the tests' scratch, not /tmp.
+  const auto [code, out] = run_command("TMPDIR=" + ::testing::TempDir() + " " + torchrun + " --nproc-per-node 2 --master-port " + std::to_string(free_port()) +
                                        " --no-python " + kHetpar + " train " + kQuickstart +
                                        " --set run.steps=2 --out " + dir);
   EXPECT_EQ(code, 0) << out;

@@ -125,7 +125,8 @@ TEST(Sweep, RunsResumesAfterAKillAndWritesEverything) {
 // The same sweep with its ranks started by torchrun (as on a cluster node).
 TEST(Sweep, RunsThroughALaunchPrefix) {
   const std::string out = fresh_dir("sweep_torchrun");
-  const auto [code, output] = run_command(std::string(HETPAR_BINARY) + " sweep " + kSweeps +
+  // torchrun leaves a log directory in TMPDIR each launch: under the tests' scratch, not /tmp.
+  const auto [code, output] = run_command("TMPDIR=" + ::testing::TempDir() + " " HETPAR_BINARY " sweep " + kSweeps +
                                           "/two_points.toml --no-plots --set run.steps=2 --out " + out +
                                           " --launch '" HETPAR_TORCHRUN " --nproc-per-node {ranks} --no-python'");
   ASSERT_EQ(code, 0) << output;
