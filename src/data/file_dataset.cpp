@@ -52,11 +52,15 @@ FileDataset::FileDataset(const std::string& dir, const RunConfig& config, const 
     if (shard.samples > 0) shards_.push_back(std::move(shard));
   }
   if (samples_ == 0) throw std::runtime_error(dir + ": its batch files hold no sample");
-  if (std::all_of(shards_.begin(), shards_.end(), [](const Shard& s) { return !s.image_counts.empty(); })) {
-    int64_t most = 0;
-    for (const Shard& s : shards_) most = std::max(most, *std::max_element(s.image_counts.begin(), s.image_counts.end()));
-    most_images_ = most;
+}
+
+std::optional<int64_t> FileDataset::most_images() const {
+  int64_t most = 0;
+  for (const Shard& s : shards_) {
+    if (s.image_counts.empty()) return std::nullopt;
+    most = std::max(most, *std::max_element(s.image_counts.begin(), s.image_counts.end()));
   }
+  return most;
 }
 
 const std::vector<int64_t>& FileDataset::epoch_order(int64_t epoch) const {
@@ -85,11 +89,12 @@ FileDataset::Place FileDataset::place(int64_t step, int64_t sample) const {
 }
 
 // Training holds each sample to data.images_max (the memory model and planner's bound).
-void FileDataset::check_images_cap(int64_t images, const std::string& where) const {
+// (The sample's name is formatted only for the error: at open this runs once a sample.)
+void FileDataset::check_images_cap(int64_t images, const std::string& path, int64_t row) const {
   if (cap_ == ImagesPerSample::kAtMostImagesMax && images > config_.data.images_max) {
-    throw std::runtime_error(fmt::format("{} holds {} images, more than data.images_max = {}, the most the memory "
-                                         "model and planner count a sample: raise data.images_max",
-                                         where, images, config_.data.images_max));
+    throw std::runtime_error(fmt::format("{}: sample {} holds {} images, more than data.images_max = {}, the most the "
+                                         "memory model and planner count a sample: raise data.images_max",
+                                         path, row, images, config_.data.images_max));
   }
 }
 
@@ -100,7 +105,7 @@ void FileDataset::index_images(Shard& shard, int64_t images) const {
   shard.first_image.assign(shard.image_counts.size(), 0);
   int64_t total = 0;
   for (size_t b = 0; b < shard.image_counts.size(); ++b) {
-    check_images_cap(shard.image_counts[b], fmt::format("{}: sample {}", shard.path, b));
+    check_images_cap(shard.image_counts[b], shard.path, static_cast<int64_t>(b));
     shard.first_image[b] = total;
     total += shard.image_counts[b];
   }
@@ -142,7 +147,7 @@ SampleText FileDataset::text(int64_t step, int64_t sample) const {
   SampleText text = sample_from_rows(ids.data_ptr<int64_t>(), labels.data_ptr<int64_t>(), ids.size(1), config_, name);
   const auto images = static_cast<int64_t>(text.image_classes.size());
   if (!s.image_counts.empty()) check_image_count(images, s.image_counts[static_cast<size_t>(at.row)], name);
-  check_images_cap(images, name);
+  check_images_cap(images, s.path, at.row);
   return cached_[sample] = std::move(text);
 }
 

@@ -49,7 +49,7 @@ class FileDataset : public BatchSource {
   int64_t samples() const { return samples_; }
   int64_t images() const { return images_; }  // in all files, from their headers
   // The fullest sample's images when every file has image_counts.
-  std::optional<int64_t> most_images() const { return most_images_; }
+  std::optional<int64_t> most_images() const;
   int64_t files() const { return static_cast<int64_t>(shards_.size()); }
 
  private:
@@ -68,7 +68,7 @@ class FileDataset : public BatchSource {
   Place place(int64_t step, int64_t sample) const;
   const std::vector<int64_t>& first_images(const Shard& shard) const;
   void index_images(Shard& shard, int64_t images) const;
-  void check_images_cap(int64_t images, const std::string& where) const;
+  void check_images_cap(int64_t images, const std::string& path, int64_t row) const;
   const std::vector<int64_t>& epoch_order(int64_t epoch) const;
 
   std::string dir_;
@@ -79,7 +79,6 @@ class FileDataset : public BatchSource {
   std::vector<Shard> shards_;
   int64_t samples_ = 0;
   int64_t images_ = 0;
-  std::optional<int64_t> most_images_;
   mutable std::map<int64_t, std::vector<int64_t>> orders_;  // shuffled epochs, the latest two kept
   // The latest step's samples as read: a step asks for each several times
   // (the loss divisor, the routing plan, the micro-batch), each a file read.
