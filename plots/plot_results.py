@@ -142,9 +142,12 @@ def speedup(run, by_id, metric):
 
 
 def compact(layout):
-    """'tp1.cp1.pp1.dp2' -> 'dp2': only the dimensions above 1 matter to a reader."""
-    dims = re.findall(r"([a-z]+)(\d+)", str(layout or ""))
-    return ".".join(f"{d}{n}" for d, n in dims if n != "1") or ("1 rank" if dims else "?")
+    """'tp1.cp1.pp1.dp2' -> 'dp2', 'tp2.cp1.pp1.dp1.sp' -> 'tp2.sp': only the
+    dimensions above 1 (and sequence parallelism) matter to a reader."""
+    text = str(layout or "")
+    dims = re.findall(r"([a-z]+)(\d+)", text)
+    kept = [f"{d}{n}" for d, n in dims if n != "1"] + (["sp"] if text.endswith(".sp") else [])
+    return ".".join(kept) or ("1 rank" if dims else "?")
 
 
 def bar_label(run):

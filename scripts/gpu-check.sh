@@ -23,7 +23,9 @@
 #             the published profile and from the measured one (hetpar plan's
 #             "given" layout), against the measurement
 #   multi_gpu with >= 2 GPUs: colocated and non-colocated fp32 parity on NCCL
-#             (boundary all-to-all-v and point-to-point), and DP 2 with its
+#             (boundary all-to-all-v and point-to-point), colocated with
+#             the LLM sequence parallel (all-gather, reduce-scatter over
+#             TP), and DP 2 with its
 #             gradient buckets started during the backward against the same
 #             run summing after it (the same losses to the bit); skipped
 #             with 1 GPU
@@ -130,6 +132,10 @@ if ((GPUS >= 2)); then
     stage colocated_2 120 $HETPAR train $TWO --set layout.placement=colocated --set layout.encoder.dp=2 \
       --set layout.llm.tp=2 --out "$OUT/colocated_2" &&
       stage colocated_parity 30 $HETPAR compare "$OUT/colocated_2" "$OUT/uniform_2" --rtol 1e-5
+    # Sequence parallelism on NCCL: the parts all-gathered and reduce-scattered, rows sent to their TP rank.
+    stage colocated_2_sp 120 $HETPAR train $TWO --set layout.placement=colocated --set layout.encoder.dp=2 \
+      --set layout.llm.tp=2 --set layout.llm.sp=true --out "$OUT/colocated_2_sp" &&
+      stage colocated_sp_parity 30 $HETPAR compare "$OUT/colocated_2_sp" "$OUT/uniform_2" --rtol 1e-5
     stage uniform_2_sums_after 120 $HETPAR train $TWO --set layout.llm.dp=2 --set runtime.overlap_grad_reduce=false \
       --out "$OUT/uniform_2_sums_after" &&
       stage overlap_same_bits 30 $HETPAR compare "$OUT/uniform_2" "$OUT/uniform_2_sums_after" --rtol 0

@@ -115,6 +115,7 @@ def main(out):
         check("multi-GPU NCCL parity", None, stages["multi_gpu"]["note"], "colocated, non-colocated <= 1e-5")
     else:
         parity("colocated 2 GPUs vs uniform 2", "colocated_2", "uniform_2", 1e-5)
+        parity("colocated, LLM sequence parallel, 2 GPUs vs uniform 2", "colocated_2_sp", "uniform_2", 1e-5)
         parity("non-colocated 2 GPUs vs 1", "noncolocated_2", "fp32_cuda", 1e-5)
         # The DP sums started during the last backward on NCCL: the same losses to the bit as after it.
         parity("DP sums in the backward vs after it, 2 GPUs", "uniform_2", "uniform_2_sums_after", 0.0)

@@ -179,6 +179,8 @@ const std::vector<BadInput> kBadInputs = {
     {.name = "vocab_vs_tp", .run = "[llm]\nvocab_size = 511\n" + kNonColocated + "[layout.llm]\ntp = 2\n", .key = "llm.vocab_size", .reason = "multiple of layout.llm.tp = 2, got 511"},
     {.name = "ffn_vs_tp", .run = "[llm]\nffn_hidden = 191\n" + kNonColocated + "[layout.llm]\ntp = 2\n", .key = "llm.ffn_hidden", .reason = "multiple of layout.llm.tp = 2, got 191"},
     {.name = "seq_len_vs_cp", .run = "[llm]\nseq_len = 130\n[layout.llm]\ncp = 2\n", .key = "llm.seq_len", .reason = "multiple of 2 * layout.llm.cp = 4, got 130"},
+    {.name = "seq_len_vs_sequence_parallel", .run = "[llm]\nseq_len = 129\n[layout.llm]\ntp = 2\nsp = true\n", .key = "llm.seq_len", .reason = "multiple of layout.llm.cp * layout.llm.tp = 1 * 2 = 2 (layout.llm.sp), got 129"},
+    {.name = "encoder_sequence_parallel", .overrides = {"layout.encoder.sp=true"}, .key = "layout.encoder.sp", .reason = "unknown key", .file = "--set"},
     {.name = "fewer_layers_than_stages", .run = "[layout.llm]\npp = 4\n", .key = "llm.layers", .reason = "must be >= layout.llm.pp = 4 (a layer per stage), got 2"},
     {.name = "fewer_micro_batches_than_stages", .run = "[llm]\nlayers = 8\n[layout.llm]\npp = 8\n", .key = "data.global_batch_size", .reason = "gives 4 micro-batches a step per llm dp rank, fewer than the 8 pipeline stages"},
     {.name = "run_ahead_short_of_the_pipeline", .run = "[layout]\nplacement = \"non-colocated\"\nrun_ahead = 1\n[layout.llm]\npp = 2\n", .key = "layout.run_ahead", .reason = "must be >= layout.llm.pp = 2"},

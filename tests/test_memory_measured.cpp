@@ -2,8 +2,9 @@
 // - against the tensor peak (the counting allocator's,
 //   metrics/cpu_tensor_memory.hpp: what a GPU's caching allocator reports),
 //   with no reserved part: state, activations and the loss's logits alone,
-//   in one rank, a pipeline, non-colocated, TP, CP and an activation-heavy
-//   shape, in fp32 and bf16;
+//   in one rank, a pipeline, non-colocated, TP (also sequence parallel), CP
+//   and an activation-heavy shape, in fp32 and bf16, and what sequence
+//   parallelism saves;
 // - against the peak resident memory: the reserved part taken from the
 //   smallest run (the runtime alone, in effect), the model must then predict
 //   larger runs' fullest rank within kRssBound.
@@ -112,7 +113,9 @@ const MemoryCase kCases[] = {
      activation_heavy({"data.global_batch_size=16", "run.recompute=\"full\"", "run.recompute_modules=\"encoder\""})},
     {"llm_pp2_recompute", {"layout.llm.pp=2", "run.recompute=\"full\""}},
     {"activations_dp2_recompute",
-     activation_heavy({"data.global_batch_size=32", "layout.llm.dp=2", "run.recompute=\"full\""})}};
+     activation_heavy({"data.global_batch_size=32", "layout.llm.dp=2", "run.recompute=\"full\""})},
+    {"tp2_sp", {"layout.llm.tp=2", "layout.llm.sp=true"}},
+    {"activations_tp2_sp", activation_heavy({"data.global_batch_size=16", "layout.llm.tp=2", "layout.llm.sp=true"})}};
 
 // One case in one precision a test: each its own process and time limit
 // (bf16 matmuls run at a fifth of fp32's rate on a CPU without bf16 units).
@@ -141,6 +144,28 @@ INSTANTIATE_TEST_SUITE_P(MemoryModel, TensorPeak,
                          [](const auto& info) {
                            return std::string(std::get<0>(info.param).name) + "_" + std::get<1>(info.param);
                          });
+
+// What sequence parallelism saves, measured as the difference of two tensor
+// peaks (TP 2 with and without it, the activation-heavy shape, fp32), against
+// the model's difference: a sharper test of the split than either peak's
+// bound, since the rest of both peaks is the same.
+TEST(MemoryModel, SequenceParallelSavesWhatTheModelCounts) {
+  const MemoryAssumptions cpu{4.0, 0, grouped_query_attention_keeps_probabilities(at::kCPU)};
+  const std::vector<std::string> tp2 = activation_heavy({"data.global_batch_size=16", "layout.llm.tp=2"});
+  std::vector<std::string> sp = tp2;
+  sp.push_back("layout.llm.sp=true");
+  std::vector<std::string> with_larger[2] = {kLarger, kLarger};
+  with_larger[0].insert(with_larger[0].end(), tp2.begin(), tp2.end());
+  with_larger[1].insert(with_larger[1].end(), sp.begin(), sp.end());
+  const double predicted = fullest_rank(rank_memory(load_run_config(kTiny, with_larger[0]), cpu)).total() -
+                           fullest_rank(rank_memory(load_run_config(kTiny, with_larger[1]), cpu)).total();
+  const double measured = measured_peak("saving_tp2", with_larger[0], "peak_tensor_mib", 2) -
+                          measured_peak("saving_tp2_sp", with_larger[1], "peak_tensor_mib", 2);
+  std::printf("sequence parallelism at tp 2 saves %.1f MiB measured, %.1f MiB predicted\n", measured / (1 << 20),
+              predicted / (1 << 20));
+  ASSERT_GT(predicted, 0);
+  EXPECT_NEAR(measured / predicted, 1.0, 0.15);
+}
 
 TEST(MemoryModel, PredictsThePeakResidentMemoryOfRealRuns) {
   MemoryAssumptions cpu{4, 0, grouped_query_attention_keeps_probabilities(at::kCPU)};  // fp32

@@ -133,6 +133,14 @@ TEST(OpTimes, TheLlmElementwiseWorkIsTheLayerCodesOps) {
   const OpTimes tp2 = op_times(load_run_config(HETPAR_SOURCE_DIR "/workloads/tiny.toml", {"layout.llm.tp=2"}), p);
   const double shard_forward = 2 * 3 * 64 + (3 * 192 + 5 * 96) / 2.0 + 2 * 2 * 64;
   EXPECT_NEAR(tp2.llm_forward[0], (2 * tokens * bytes * shard_forward + 8 * logits / 2) / 1e9, 1e-10);
+  // Sequence parallel: the residual adds on half the tokens, no all-reduce
+  // input copies, but two sequences a micro-batch: each of the four
+  // collectives' inputs and outputs moved sequence first (a whole 64 and a
+  // part of 32 values, read and written).
+  const OpTimes sp = op_times(
+      load_run_config(HETPAR_SOURCE_DIR "/workloads/tiny.toml", {"layout.llm.tp=2", "layout.llm.sp=true"}), p);
+  const double split_forward = 2 * 3 * 64 / 2.0 + (3 * 192 + 5 * 96) / 2.0 + 4 * 2 * (64 + 32);
+  EXPECT_NEAR(sp.llm_forward[0], (2 * tokens * bytes * split_forward + 8 * logits / 2) / 1e9, 1e-10);
 
   // bf16: values of 2 bytes; q, k, v and gate, up as one GEMM each on the
   // step's concatenated copy; every weight cast to bf16 once a step (6 bytes, a quarter of it on each

@@ -50,6 +50,7 @@ void check_case(const ModulePlacement& p, const BoundaryBatch& batch, const std:
     if (j > 0) EXPECT_LE(plan.image_encoder_dp[j - 1], plan.image_encoder_dp[j]);
   }
   for (int g : per_group) EXPECT_LE(g - images / p.encoder.dp, 1);
+  if (p.llm.sp) ASSERT_GT(p.llm.tp, 1) << "sequence parallelism kept at tp 1";
 
   // Brute force: who holds and who needs each row.
   const int64_t chunk = batch.seq_len / (2 * p.llm.cp);
@@ -60,14 +61,24 @@ void check_case(const ModulePlacement& p, const BoundaryBatch& batch, const std:
     }
     return out;
   };
+  // A rank's positions: its CP rank's two chunks, in order; under sequence
+  // parallelism only its TP rank's contiguous share of that list.
+  auto held_positions = [&](const GridCoord& c) {
+    std::vector<int64_t> part;
+    for (int64_t k : {int64_t(c.cp), int64_t(2 * p.llm.cp - 1 - c.cp)}) {
+      for (int64_t q = k * chunk; q < (k + 1) * chunk; ++q) part.push_back(q);
+    }
+    if (!p.llm.sp) return std::set<int64_t>(part.begin(), part.end());
+    const size_t share = part.size() / p.llm.tp;
+    return std::set<int64_t>(part.begin() + c.tp * share, part.begin() + (c.tp + 1) * share);
+  };
   auto llm_needers = [&](int j, int64_t t) {
     std::set<int> out;
     const int64_t pos = plan.image_position[j] + t;
     for (int r = llm.offset(); r < llm.offset() + llm.size(); ++r) {
       const GridCoord c = llm.coord(r);
       const bool my_sample = c.dp == plan.image_sample[j] / (samples / p.llm.dp);
-      const bool my_chunk = pos / chunk == c.cp || pos / chunk == 2 * p.llm.cp - 1 - c.cp;
-      if (my_sample && my_chunk) out.insert(r);
+      if (my_sample && held_positions(c).count(pos)) out.insert(r);
     }
     return out;
   };
@@ -123,8 +134,9 @@ TEST(RoutingPlan, AgreesWithBruteForceOverManyCases) {
   int cases = 0;
   for (Placement pl : {Placement::Colocated, Placement::NonColocated, Placement::Uniform}) {
     for (int etp : {1, 2}) for (int edp : {1, 2, 3, 4})
-    for (int ltp : {1, 2}) for (int lcp : {1, 2}) for (int ldp : {1, 2, 3}) {
-      const Layout e{etp, 1, 1, edp}, l{ltp, lcp, 1, ldp};
+    for (int ltp : {1, 2, 4}) for (int lcp : {1, 2}) for (int ldp : {1, 2, 3}) for (bool sp : {false, true}) {
+      if (sp && ltp == 1) continue;
+      const Layout e{etp, 1, 1, edp}, l{ltp, lcp, 1, ldp, sp};
       ModulePlacement p;
       try {
         p = resolve_placement(pl, pl == Placement::Uniform ? Layout{} : e, l);
@@ -142,7 +154,7 @@ TEST(RoutingPlan, AgreesWithBruteForceOverManyCases) {
       }
     }
   }
-  EXPECT_GT(cases, 300);
+  EXPECT_GT(cases, 1000);
 }
 
 TEST(RoutingPlan, FanInAndFanOutExamples) {
@@ -190,6 +202,24 @@ TEST(RoutingPlan, LlmPipelineTakesRowsOnItsFirstStageOnly) {
   EXPECT_EQ(b.forward, forward);
   const Transfers backward{{{1, 0}, {{0, 0, 2}}}};
   EXPECT_EQ(b.backward, backward);
+}
+
+// Under sequence parallelism an image's rows go to the TP ranks holding their
+// positions, split where the sequence passes from one to the next, and each
+// part's gradient comes back from the rank that took it: encoder rank 0 ->
+// LLM TP2 on ranks 1-2, positions [0, 8) on rank 1 and [8, 16) on rank 2.
+TEST(RoutingPlan, SequenceParallelSendsEachRowToTheTpRankHoldingIt) {
+  const ModulePlacement p = resolve_placement(Placement::NonColocated, {1, 1, 1, 1}, {2, 1, 1, 1, true});
+  ASSERT_TRUE(p.llm.sp);
+  const BoundaryPlan b = plan_boundary(p, {16, 4, {{6}}});
+  const Transfers forward{{{0, 1}, {{0, 0, 2}}}, {{0, 2}, {{0, 2, 2}}}};
+  EXPECT_EQ(b.forward, forward);
+  const Transfers backward{{{1, 0}, {{0, 0, 2}}}, {{2, 0}, {{0, 2, 2}}}};
+  EXPECT_EQ(b.backward, backward);
+  // At tp 1 there is nothing to split: resolve_placement clears it.
+  EXPECT_FALSE(resolve_placement(Placement::NonColocated, {1, 1, 1, 1}, {1, 1, 1, 2, true}).llm.sp);
+  // The encoder's is not built.
+  EXPECT_THROW(resolve_placement(Placement::NonColocated, {2, 1, 1, 1, true}, {1, 1, 1, 1}), PlacementError);
 }
 
 }  // namespace

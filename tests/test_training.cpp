@@ -321,6 +321,23 @@ INSTANTIATE_TEST_SUITE_P(
         HeteroCase{"noncoloc_fan_in_2_to_pp2", "--set layout.placement=non-colocated --set layout.encoder.dp=2 --set layout.llm.pp=2 --set data.micro_batch_size=1"}),
     case_name);
 
+// LLM sequence parallelism (each TP rank a 1/tp of its part of the sequence
+// outside the sharded layers; images of 16 rows straddle the parts' edges):
+// uniform (every TP rank keeps its rows of what it encoded), colocated and
+// non-colocated (the boundary sends each row to the TP rank holding it),
+// beside CP, PP (stages pass their parts) and recompute.
+INSTANTIATE_TEST_SUITE_P(
+    SequenceParallel, HeteroParity,
+    ::testing::Values(
+        HeteroCase{"uniform_tp2_sp", "--set layout.llm.tp=2 --set layout.llm.sp=true"},
+        HeteroCase{"uniform_tp2_sp_recompute", "--set layout.llm.tp=2 --set layout.llm.sp=true --set run.recompute=full"},
+        HeteroCase{"uniform_tp2_cp2_sp", "--set layout.llm.tp=2 --set layout.llm.cp=2 --set layout.llm.sp=true"},
+        HeteroCase{"uniform_tp2_pp2_sp", "--set layout.llm.tp=2 --set layout.llm.pp=2 --set layout.llm.sp=true --set data.micro_batch_size=1"},
+        HeteroCase{"coloc_enc_dp2_llm_tp2_sp", "--set layout.placement=colocated --set layout.encoder.dp=2 --set layout.llm.tp=2 --set layout.llm.sp=true"},
+        HeteroCase{"coloc_enc_dp4_llm_tp2_pp2_sp", "--set layout.placement=colocated --set layout.llm.pp=2 --set data.micro_batch_size=1 --set layout.encoder.dp=4 --set layout.llm.tp=2 --set layout.llm.sp=true"},
+        HeteroCase{"noncoloc_run_ahead_4_dp2_to_tp2_sp", "--set layout.placement=non-colocated --set layout.run_ahead=4 --set layout.encoder.dp=2 --set layout.llm.tp=2 --set layout.llm.sp=true --set data.micro_batch_size=1"}),
+    case_name);
+
 // Encoder PP (non-colocated): the encoder's stages run 1F1B among themselves,
 // the last one run_ahead micro-batches ahead of the LLM.
 #define ENCODER_PP "--set layout.placement=non-colocated --set layout.encoder.pp=2 --set data.micro_batch_size=1 "
@@ -441,6 +458,13 @@ TEST_P(HeteroParityBf16, MatchesTheUniformBf16Baseline) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Placements, HeteroParityBf16, kHeteroCases, case_name);
+// Sequence parallelism in bf16: the parts gathered, and their gradients summed, in bf16.
+INSTANTIATE_TEST_SUITE_P(
+    SequenceParallel, HeteroParityBf16,
+    ::testing::Values(
+        HeteroCase{"uniform_tp2_sp", "--set layout.llm.tp=2 --set layout.llm.sp=true"},
+        HeteroCase{"noncoloc_1_to_tp2_sp", "--set layout.placement=non-colocated --set layout.llm.tp=2 --set layout.llm.sp=true"}),
+    case_name);
 
 TEST_F(TrainingParity, FrozenEncoderHeterogeneousMatchesFrozenUniform) {
   const auto uniform = train("frozen_uniform", "--set encoder.frozen=true --set data.micro_batch_size=2");

@@ -1,5 +1,6 @@
 #include "boundary/routing_plan.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -40,6 +41,11 @@ BoundaryPlan plan_boundary(const ModulePlacement& p, const BoundaryBatch& batch)
   const RankGrid encoder(p.encoder, p.encoder_ranks.offset), llm(p.llm, p.llm_ranks.offset);
   const int samples_per_group = samples / p.llm.dp;
   const int64_t chunk = batch.seq_len / (2 * p.llm.cp);
+  // Under sequence parallelism each TP rank holds `part` consecutive positions of its CP rank's two chunks.
+  const bool split = p.llm.sp && p.llm.tp > 1;
+  require(!split || (2 * chunk) % p.llm.tp == 0, "seq_len " + std::to_string(batch.seq_len) +
+                                                     " does not split over llm cp x tp (sequence parallelism)");
+  const int64_t part = split ? 2 * chunk / p.llm.tp : 2 * chunk;
 
   BoundaryPlan plan;
   for (int s = 0; s < samples; ++s) {
@@ -65,14 +71,21 @@ BoundaryPlan plan_boundary(const ModulePlacement& p, const BoundaryBatch& batch)
     const int last = p.encoder.pp - 1;
     const int sender = encoder.rank({local % p.encoder.tp, 0, e, last});
     const int d = plan.image_sample[j] / samples_per_group;
-    // Split the image's rows where the sequence changes CP rank.
+    // Split the image's rows where the sequence changes CP rank (and, split, TP rank).
     for (int64_t t = 0; t < batch.tokens_per_image;) {
       const int64_t pos = plan.image_position[j] + t;
-      const int64_t tokens = std::min(batch.tokens_per_image - t, chunk - pos % chunk);
-      const RowBlock block{j, t, tokens};
       const int cp = cp_rank_of_position(pos, batch.seq_len, p.llm.cp);
-      for (int tp = 0; tp < p.llm.tp; ++tp) plan.forward[{sender, llm.rank({tp, cp, d, 0})}].push_back(block);
-      const int grad_sender = llm.rank({j % p.llm.tp, cp, d, 0});
+      const int64_t in_part = (pos / chunk == cp ? 0 : chunk) + pos % chunk;  // its index in the CP rank's part
+      const int64_t tokens = std::min({batch.tokens_per_image - t, chunk - pos % chunk, part - in_part % part});
+      const RowBlock block{j, t, tokens};
+      int grad_sender = -1;
+      if (split) {  // one TP rank holds these positions: it takes the rows and returns their gradient
+        grad_sender = llm.rank({static_cast<int>(in_part / part), cp, d, 0});
+        plan.forward[{sender, grad_sender}].push_back(block);
+      } else {  // every TP rank holds them; their equal gradients come back from one
+        for (int tp = 0; tp < p.llm.tp; ++tp) plan.forward[{sender, llm.rank({tp, cp, d, 0})}].push_back(block);
+        grad_sender = llm.rank({j % p.llm.tp, cp, d, 0});
+      }
       for (int tp = 0; tp < p.encoder.tp; ++tp) plan.backward[{grad_sender, encoder.rank({tp, 0, e, last})}].push_back(block);
       t += tokens;
     }

@@ -9,11 +9,14 @@
 // group hold its rows; one of them, round-robin by image, sends them.
 // Destination: sample s belongs to LLM DP group s / samples_per_group; inside
 // it every TP rank needs the rows whose positions fall in its CP rank's part
-// of the sequence (2*cp chunks, CP rank r holding chunks r and 2cp-1-r).
+// of the sequence (2*cp chunks, CP rank r holding chunks r and 2cp-1-r);
+// under sequence parallelism (llm sp) only the TP rank holding the row's
+// position in that part (its contiguous 1/tp) needs it.
 // Backward is the adjoint: the LLM's TP ranks hold equal gradients of a row
 // (replicas after their own all-reduce), so exactly one of them (round-robin
 // by image) sends it, to every encoder TP rank of the source group. Summing the
-// replicas instead would multiply the gradient by tp.
+// replicas instead would multiply the gradient by tp. Under sequence
+// parallelism the one rank holding the row sends its gradient.
 #pragma once
 
 #include <cstdint>

@@ -148,6 +148,14 @@ std::vector<MultipleRule> multiple_rules(const RunConfig& c) {
   // Context parallelism gives each cp rank two sequence chunks, one from each
   // end, so causal attention costs every rank the same.
   if (llm.cp > 1) rules.push_back({"llm.seq_len", c.llm.seq_len, "2 * layout.llm.cp", 2 * llm.cp, {"layout.llm.cp", {}}});
+  // Sequence parallelism splits each CP rank's part of the sequence over the TP ranks.
+  if (c.placement.llm.sp) {
+    MultipleRule split{"llm.seq_len", c.llm.seq_len, "layout.llm.cp * layout.llm.tp", int64_t(llm.cp) * llm.tp,
+                       {"layout.llm.sp", "layout.llm.tp"}, " (layout.llm.sp)"};
+    split.factors[0] = llm.cp;
+    split.factors[1] = llm.tp;
+    rules.push_back(split);
+  }
   // Saturating: absurd sizes must fail the check, not wrap around.
   const int64_t micro = c.data.micro_batch_size;
   const int64_t per_step = micro > std::numeric_limits<int64_t>::max() / llm.dp

@@ -281,6 +281,12 @@ std::vector<SchemaKey> build_schema() {
   for (const auto& module_keys : {layout_keys<&LayoutConfig::encoder>("encoder"), layout_keys<&LayoutConfig::llm>("llm")}) {
     keys.insert(keys.end(), module_keys.begin(), module_keys.end());
   }
+  // The LLM's alone: the encoder's sequences stay whole (tp/sequence_split.hpp).
+  const Section<&RunConfig::layout, &LayoutConfig::llm> llm_layout{"layout.llm"};
+  keys.push_back(llm_layout.key<&Layout::sp>("sp", any_value(),
+      "sequence parallelism: outside their sharded matmuls the llm's TP ranks each hold a 1/tp of the sequence "
+      "(norms, residual stream and what they save; all-gather and reduce-scatter where tp alone all-reduces); no "
+      "effect at tp 1; llm.seq_len must divide by cp x tp"));
   keys.insert(keys.end(), {
       runtime.key<&RuntimeConfig::device>("device", one_of({"auto", "cpu", "cuda"}),
           "where the run computes, one rank per GPU; auto: cuda where a GPU is visible, else cpu"),

@@ -27,19 +27,21 @@ ParallelAttention::ParallelAttention(const AttentionSpec& s, Group& tp, Group* c
     : tp_(tp), cp_(cp != nullptr && cp->size() > 1 ? cp : nullptr), local_heads_(s.heads / tp.size()), local_kv_heads_(s.kv_heads / tp.size()),
       head_dim_(s.hidden / s.heads), causal_(s.causal) {
   if (cp_ != nullptr && !causal_) throw std::invalid_argument(s.name + ": context parallelism needs causal attention");
-  q_ = register_module("q_proj", std::make_shared<ColumnParallelLinear>(projection(s, "q_proj", s.hidden), tp));
-  k_ = register_module("k_proj", std::make_shared<ColumnParallelLinear>(
-                                     projection(s, "k_proj", s.kv_heads * head_dim_), tp));
-  v_ = register_module("v_proj", std::make_shared<ColumnParallelLinear>(
-                                     projection(s, "v_proj", s.kv_heads * head_dim_), tp));
-  LinearSpec out = projection(s, s.out_name, s.hidden);
-  out_ = register_module(s.out_name, std::make_shared<RowParallelLinear>(out, tp));
+  const auto column = [&](const char* name, int64_t out) {
+    return std::make_shared<ColumnParallelLinear>(projection(s, name, out), tp, /*gather_output=*/false, s.sequence);
+  };
+  q_ = register_module("q_proj", column("q_proj", s.hidden));
+  k_ = register_module("k_proj", column("k_proj", s.kv_heads * head_dim_));
+  v_ = register_module("v_proj", column("v_proj", s.kv_heads * head_dim_));
+  out_ = register_module(s.out_name, std::make_shared<RowParallelLinear>(projection(s, s.out_name, s.hidden), tp,
+                                                                         /*input_is_sharded=*/true, s.sequence));
 }
 
 at::Tensor ParallelAttention::forward(const at::Tensor& x, const at::Tensor& rope_cos, const at::Tensor& rope_sin) {
-  const int64_t b = x.size(0), s = x.size(1);
-  // One GEMM for q, k and v; [B, S, heads*d] -> [B, heads, S, d] views.
+  // One GEMM for q, k and v; [B, S, heads*d] -> [B, heads, S, d] views
+  // (S the whole sequence also when x holds this rank's part of it).
   const std::vector<at::Tensor> qkv = fused_column_parallel(x, {q_.get(), k_.get(), v_.get()}, tp_);
+  const int64_t b = qkv[0].size(0), s = qkv[0].size(1);
   auto split_heads = [&](const at::Tensor& t, int64_t heads) { return t.view({b, s, heads, head_dim_}).transpose(1, 2); };
   at::Tensor q = split_heads(qkv[0], local_heads_);
   at::Tensor k = split_heads(qkv[1], local_kv_heads_);

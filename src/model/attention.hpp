@@ -5,6 +5,8 @@
 // attention when kv_heads < heads; rotary embeddings for the LLM. Given a
 // context-parallel group of more than one rank (causal attention only), x
 // holds this rank's chunks of the sequence (model/context_attention.hpp).
+// Under sequence parallelism x and the output hold this TP rank's 1/tp of
+// that (tp/parallel_linear.hpp); the attention itself sees all of it.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -28,13 +30,14 @@ struct AttentionSpec {
   bool bias = false;
   uint64_t seed = 0;
   double init_std = 0.02;
+  TpSequence sequence = TpSequence::kWhole;
 };
 
 class ParallelAttention : public torch::nn::Module {
  public:
   ParallelAttention(const AttentionSpec& spec, Group& tp, Group* cp = nullptr);
-  // x: [B, S, hidden]; rope: [S, head_dim / 2] cos and sin (rope_tables) of
-  // x's positions, or undefined for none.
+  // x: [B, S, hidden] ([B, S/tp, hidden] split); rope: [S, head_dim / 2] cos
+  // and sin (rope_tables) of the whole S's positions, or undefined for none.
   at::Tensor forward(const at::Tensor& x, const at::Tensor& rope_cos, const at::Tensor& rope_sin);
 
  private:

@@ -4,7 +4,12 @@
 // of placeholder tokens before the first block. Given a context-parallel
 // group of more than one rank, the model runs on this rank's chunks of each
 // sequence (model/context_attention.hpp): ids, image rows and logits are the
-// local part, RoPE angles come from the global positions.
+// local part, RoPE angles come from the global positions. Under sequence
+// parallelism (TpSequence::kSplit, tp/sequence_split.hpp) each TP rank holds
+// a contiguous 1/tp of that part from the embedding to the final norm: the
+// embedding reduce-scatters, each layer all-gathers before its column-
+// parallel projections and reduce-scatters after its row-parallel ones, and
+// the head gathers the whole part again for the logits.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -22,7 +27,8 @@ namespace hetpar {
 
 class LlamaBlock : public torch::nn::Module {
  public:
-  LlamaBlock(const LlmConfig& c, const std::string& name, uint64_t seed, Group& tp, Group* cp);
+  LlamaBlock(const LlmConfig& c, const std::string& name, uint64_t seed, Group& tp, Group* cp,
+             TpSequence sequence = TpSequence::kWhole);
   at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
  private:
@@ -36,15 +42,18 @@ class LlamaModel : public torch::nn::Module {
   // Under pipeline parallelism, stage `stage` of `stages` holds its layers
   // (parallel/pipeline_schedule.hpp, named by their global index), the
   // embedding on the first stage, the final norm and head on the last.
-  LlamaModel(const LlmConfig& c, uint64_t seed, Group& tp, Group* cp = nullptr, int stage = 0, int stages = 1);
+  LlamaModel(const LlmConfig& c, uint64_t seed, Group& tp, Group* cp = nullptr, int stage = 0, int stages = 1,
+             TpSequence sequence = TpSequence::kWhole);
   // ids [B, S] (int64); image_rows [K, hidden] fill, in row-major order, the
   // K positions where image_mask [B, S] is true (both undefined: text only).
   // Returns this rank's vocab shard of the logits, [B, S, vocab/tp]. Under
   // CP, S is this rank's part (cp_positions of a sequence cp times as long).
+  // Split over TP, image_rows are only those at this rank's part of S (its
+  // 1/tp, sequence_positions), in the same order.
   at::Tensor forward(const at::Tensor& ids, const at::Tensor& image_rows, const at::Tensor& image_mask);
   // The pieces a pipeline stage runs: embedding with image rows spliced in
-  // (first stage), this stage's blocks over activations [B, S, hidden], and
-  // the final norm and head (last stage).
+  // (first stage), this stage's blocks over activations [B, S, hidden] (split:
+  // [B, S/tp, hidden]), and the final norm and head (last stage).
   at::Tensor embed(const at::Tensor& ids, const at::Tensor& image_rows, const at::Tensor& image_mask);
   at::Tensor blocks(const at::Tensor& x);
   at::Tensor head(const at::Tensor& x);
@@ -64,6 +73,7 @@ class LlamaModel : public torch::nn::Module {
   int64_t recompute_layers_ = 0;
   Group& tp_;
   Group* cp_;  // null or one rank: whole sequences
+  TpSequence sequence_;  // kSplit only over more than one TP rank
   std::shared_ptr<VocabParallelEmbedding> embed_;
   std::vector<std::shared_ptr<LlamaBlock>> blocks_;
   std::shared_ptr<RMSNorm> norm_;

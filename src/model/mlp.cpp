@@ -23,18 +23,22 @@ GeluMlp::GeluMlp(const MlpSpec& s, Group& tp, const char* fc1, const char* fc2, 
   if (s.activation != "gelu" && s.activation != "gelu_pytorch_tanh") {
     throw std::invalid_argument(s.name + ": unknown activation " + s.activation);
   }
-  fc1_ = register_module(fc1, std::make_shared<ColumnParallelLinear>(linear(s, fc1, s.hidden, s.ffn_hidden, true), tp));
-  fc2_ = register_module(fc2, std::make_shared<RowParallelLinear>(
-                                  linear(s, fc2, s.ffn_hidden, out ? out : s.hidden, true), tp));
+  fc1_ = register_module(fc1, std::make_shared<ColumnParallelLinear>(linear(s, fc1, s.hidden, s.ffn_hidden, true), tp,
+                                                                     /*gather_output=*/false, s.sequence));
+  fc2_ = register_module(fc2, std::make_shared<RowParallelLinear>(linear(s, fc2, s.ffn_hidden, out ? out : s.hidden, true),
+                                                                  tp, /*input_is_sharded=*/true, s.sequence));
 }
 
 SwiGluMlp::SwiGluMlp(const MlpSpec& s, Group& tp) : tp_(tp) {
-  gate_ = register_module("gate_proj", std::make_shared<ColumnParallelLinear>(
-                                           linear(s, "gate_proj", s.hidden, s.ffn_hidden, false), tp));
-  up_ = register_module("up_proj", std::make_shared<ColumnParallelLinear>(
-                                       linear(s, "up_proj", s.hidden, s.ffn_hidden, false), tp));
+  const auto column = [&](const char* name) {
+    return std::make_shared<ColumnParallelLinear>(linear(s, name, s.hidden, s.ffn_hidden, false), tp,
+                                                  /*gather_output=*/false, s.sequence);
+  };
+  gate_ = register_module("gate_proj", column("gate_proj"));
+  up_ = register_module("up_proj", column("up_proj"));
   down_ = register_module("down_proj", std::make_shared<RowParallelLinear>(
-                                           linear(s, "down_proj", s.ffn_hidden, s.hidden, false), tp));
+                                           linear(s, "down_proj", s.ffn_hidden, s.hidden, false), tp,
+                                           /*input_is_sharded=*/true, s.sequence));
 }
 
 at::Tensor SwiGluMlp::forward(const at::Tensor& x) {

@@ -1,5 +1,7 @@
 // Feed-forward blocks, tensor-parallel: the widening projections are
-// column-parallel, the narrowing one row-parallel (one all-reduce per block).
+// column-parallel, the narrowing one row-parallel (one all-reduce per block;
+// under sequence parallelism an all-gather of the input and a reduce-scatter
+// of the output: tp/parallel_linear.hpp).
 #pragma once
 
 #include <torch/nn/module.h>
@@ -17,6 +19,7 @@ struct MlpSpec {
   uint64_t seed = 0;
   double init_std = 0.02;
   std::string activation = "gelu_pytorch_tanh";  // GeluMlp: gelu_pytorch_tanh or gelu (exact erf)
+  TpSequence sequence = TpSequence::kWhole;
 };
 
 // fc2(gelu(fc1(x))), with biases, gelu exact or in its tanh form: the ViT

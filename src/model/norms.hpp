@@ -1,9 +1,13 @@
-// Normalisation layers; their weights are replicated on every TP rank (their
-// inputs are, so their gradients agree without communication).
+// Normalisation layers; their weights are replicated on every TP rank. With
+// the whole sequence on every rank their inputs are too, so their gradients
+// agree without communication; under sequence parallelism each rank sees its
+// part of the sequence and the weight's gradient is summed over the group.
 #pragma once
 
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
+
+#include "dist/group.hpp"
 
 namespace hetpar {
 
@@ -17,12 +21,18 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 
 class RMSNorm : public torch::nn::Module {
  public:
-  RMSNorm(int64_t hidden, double eps) : eps_(eps) { weight = register_parameter("weight", at::ones({hidden})); }
-  at::Tensor forward(const at::Tensor& x) { return rms_norm(x, weight, eps_); }
+  // `sequence_split`: the TP group whose ranks each normalise their part of
+  // the sequence (sequence parallelism), or null.
+  RMSNorm(int64_t hidden, double eps, Group* sequence_split = nullptr)
+      : eps_(eps), sequence_split_(sequence_split != nullptr && sequence_split->size() > 1 ? sequence_split : nullptr) {
+    weight = register_parameter("weight", at::ones({hidden}));
+  }
+  at::Tensor forward(const at::Tensor& x);
   at::Tensor weight;
 
  private:
   double eps_;
+  Group* sequence_split_;
 };
 
 // ATen's layer norm saves x and its rows' mean and reciprocal deviation on

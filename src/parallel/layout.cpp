@@ -4,7 +4,7 @@ namespace hetpar {
 
 std::string Layout::to_string() const {
   return "tp" + std::to_string(tp) + ".cp" + std::to_string(cp) + ".pp" + std::to_string(pp) +
-         ".dp" + std::to_string(dp);
+         ".dp" + std::to_string(dp) + (sp ? ".sp" : "");
 }
 
 std::string to_string(Placement p) {

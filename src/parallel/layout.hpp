@@ -11,10 +11,15 @@ struct Layout {
   int cp = 1;  // context parallel
   int pp = 1;  // pipeline parallel
   int dp = 1;  // data parallel
+  // Sequence parallelism: outside their sharded parts the TP ranks each hold
+  // a 1/tp of the sequence (tp/sequence_split.hpp). Built for the LLM; set
+  // only with tp > 1 (resolve_placement clears it otherwise).
+  bool sp = false;
 
   int size() const { return tp * cp * pp * dp; }
   bool operator==(const Layout&) const = default;
-  // "tp2.cp1.pp1.dp4": compact and unambiguous in logs and error messages.
+  // "tp2.cp1.pp1.dp4" (".sp" after it under sequence parallelism): compact
+  // and unambiguous in logs and error messages.
   std::string to_string() const;
 };
 

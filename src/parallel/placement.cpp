@@ -22,9 +22,15 @@ std::string both(const Layout& encoder, const Layout& llm) {
 
 }  // namespace
 
-ModulePlacement resolve_placement(Placement placement, const Layout& encoder, const Layout& llm) {
+ModulePlacement resolve_placement(Placement placement, const Layout& encoder, const Layout& given_llm) {
   check_dims("encoder", encoder);
-  check_dims("llm", llm);
+  check_dims("llm", given_llm);
+  if (encoder.sp) {
+    throw PlacementError("encoder layout " + encoder.to_string() +
+                         ": sequence parallelism is built for the llm only; drop layout.encoder.sp");
+  }
+  Layout llm = given_llm;
+  llm.sp = llm.sp && llm.tp > 1;  // one TP rank holds the whole sequence anyway
   ModulePlacement out;
   out.placement = placement;
   out.llm = llm;
@@ -43,18 +49,21 @@ ModulePlacement resolve_placement(Placement placement, const Layout& encoder, co
       out.encoder_ranks = {0, encoder.size()};
       out.llm_ranks = {encoder.size(), llm.size()};
       break;
-    case Placement::Uniform:
-      if (!(encoder == Layout{}) && !(encoder == llm)) {
+    case Placement::Uniform: {
+      Layout llm_whole = llm;  // the encoder's sequence is never split
+      llm_whole.sp = false;
+      if (!(encoder == Layout{}) && !(encoder == llm_whole)) {
         throw PlacementError("uniform placement makes the encoder inherit the llm layout, but " +
                              both(encoder, llm) + " were given; drop layout.encoder");
       }
       // Under LLM PP the encoder runs with the first stage (whose ranks come first: pp is the slowest
       // dimension), as the embedding it feeds does.
-      out.encoder = llm;
+      out.encoder = llm_whole;
       out.encoder.pp = 1;
       out.encoder_ranks = {0, out.encoder.size()};
       out.llm_ranks = {0, llm.size()};
       break;
+    }
   }
   // Uniform's encoder ranks are the first stage's, inside the LLM's.
   if (placement != Placement::Uniform) check_rank_ranges(out.encoder_ranks, out.llm_ranks);

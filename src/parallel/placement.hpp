@@ -36,7 +36,8 @@ class PlacementError : public std::runtime_error {
 // non-colocated: encoder on [0, E), LLM on [E, E + L)
 // uniform:       the encoder inherits the LLM's layout and ranks (with LLM
 //                PP: those of its first stage); a given encoder layout must
-//                be the default (all 1) or equal to the LLM's
+//                be the default (all 1) or equal to the LLM's (but for sp)
+// The LLM's sp holds only with tp > 1; the encoder's is refused (not built).
 // Throws PlacementError otherwise (also for any dimension < 1).
 ModulePlacement resolve_placement(Placement placement, const Layout& encoder, const Layout& llm);
 

@@ -39,11 +39,19 @@ struct Part {
 // fp32, 21544 in bf16, exactly this.
 // A norm over `h` values a token: its fp32 input, `row_floats` floats a row
 // (scale; and mean for a layer norm) and its output at the next matmul's width.
-double norm_bytes_per_token(double h, double row_floats, double eb) { return h * kFp32 + row_floats * kFp32 + h * eb; }
+// Under sequence parallelism (`split` ways, else 1) a rank normalises its
+// part of the sequence, but the matmul saves the gathered whole.
+double norm_bytes_per_token(double h, double row_floats, double eb, int split = 1) {
+  return (h * kFp32 + row_floats * kFp32) / split + h * eb;
+}
 
-double llm_bytes_per_token(const LlmConfig& l, int tp, int cp, bool keeps_probabilities, double eb) {
+// How many ways the LLM's residual stream is split on a rank: tp under sequence parallelism.
+int residual_split(const Layout& llm) { return llm.sp ? llm.tp : 1; }
+
+double llm_bytes_per_token(const LlmConfig& l, const Layout& lay, bool keeps_probabilities, double eb) {
+  const int tp = lay.tp, cp = lay.cp;
   const double h = double(l.hidden), kv = double(l.kv_heads) * double(l.hidden / l.heads), f = double(l.ffn_hidden);
-  const double norms = 2 * norm_bytes_per_token(h, 1, eb);
+  const double norms = 2 * norm_bytes_per_token(h, 1, eb, residual_split(lay));
   const double split = (2 * h + 2 * kv + 2 * kv * (cp - 1) + 4 * f) * eb + double(l.heads) * kFp32;
   const double probabilities = keeps_probabilities && l.kv_heads != l.heads ? double(l.heads) * double(l.seq_len) * kFp32 : 0;
   return norms + (split + probabilities) / tp;
@@ -115,19 +123,20 @@ Part llm_part(const RunConfig& c, int s, int64_t in_flight, const MemoryAssumpti
   const double read_by_matmuls = params - (s == 0 ? vocab * h : 0);  // all but the embedding table
   p.state += step_copy_bytes(a) * read_by_matmuls / lay.tp;
   p.in_flight = in_flight;
-  const double layer_bytes =
-      tokens * llm_bytes_per_token(l, lay.tp, lay.cp, a.attention_keeps_probabilities, a.element_bytes);
+  const double layer_bytes = tokens * llm_bytes_per_token(l, lay, a.attention_keeps_probabilities, a.element_bytes);
   // Recomputed, a layer keeps its input (the fp32 residual stream, whole on
-  // every TP rank) and makes its work again, one layer and micro-batch at a
+  // every TP rank, or its part under sequence parallelism) and makes its work
+  // again, one layer and micro-batch at a
   // time, in the backward (recompute_transient). tiny.toml at hidden 512 and
   // 2048 tokens a micro-batch (the activation-heavy case of
   // tests/test_memory_measured.cpp) measured 355.2 MiB in fp32 and 336.9 in
   // bf16 against 346.0 and 337.3 predicted. Under run.recompute_layers only
   // the stage's first layers recompute; the rest keep their work.
   const int64_t recomputed = recomputed_layers(c, Module::kLlm, layers.count);
-  p.activations = double(in_flight) * (double(recomputed) * tokens * h * kFp32 + double(layers.count - recomputed) * layer_bytes);
+  const double residual = tokens * h * kFp32 / residual_split(lay);
+  p.activations = double(in_flight) * (double(recomputed) * residual + double(layers.count - recomputed) * layer_bytes);
   // The final norm, whose output the head reads.
-  if (last) p.activations += double(in_flight) * tokens * norm_bytes_per_token(h, 1, a.element_bytes);
+  if (last) p.activations += double(in_flight) * tokens * norm_bytes_per_token(h, 1, a.element_bytes, residual_split(lay));
   // The logits at fp32 width, this rank's vocab shard, in as many copies as
   // the loss holds at its peak (tp/vocab_parallel.cpp). Over TP the
   // vocab-parallel function: the logits and three copies (probabilities kept
@@ -144,7 +153,7 @@ Part llm_part(const RunConfig& c, int s, int64_t in_flight, const MemoryAssumpti
   if (recomputed > 0) {
     const double above = (params - blocks / double(l.layers) - (s == 0 ? vocab * h : 0)) / lay.tp * kFp32;
     const double copies = bucket_copies_bytes(c, lay.dp * lay.cp, above);
-    p.transient = std::max(p.transient, recompute_transient(p, layer_bytes, tokens * h * kFp32, layers.count, recomputed, copies));
+    p.transient = std::max(p.transient, recompute_transient(p, layer_bytes, residual, layers.count, recomputed, copies));
   }
   return p;
 }

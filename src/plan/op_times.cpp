@@ -75,6 +75,7 @@ struct LayerShape {
   const char* norm;
   const char* activation;
   double cast_share = 1;  // of the weights' bf16 casts, what one micro-batch pays (see weight_traffic)
+  int split = 1;          // sequence parallelism: the residual stream's ways over TP (tp, else 1)
 };
 
 RankCost layer_cost(const Profile& p, const LayerShape& l) {
@@ -104,8 +105,9 @@ RankCost layer_cost(const Profile& p, const LayerShape& l) {
                (1.0 / l.cp);
   // The elementwise work as the layer code does it (model/*.cpp), each op's
   // values read and written at the bandwidth measured for its kind:
-  c.compute += memory(p, l.norm, l.tokens * l.hidden) * 2;           // two norms
-  c.compute += memory(p, "add", l.tokens * l.hidden, 3) * 2;         // two residual adds
+  const double residual = l.tokens * l.hidden / l.split;             // this rank's part of the residual stream
+  c.compute += memory(p, l.norm, residual) * 2;                      // two norms
+  c.compute += memory(p, "add", residual, 3) * 2;                    // two residual adds
   c.compute += memory(p, l.activation, l.tokens * l.mlp / l.tp);     // the MLP's activation
   if (l.gated) c.compute += memory(p, "add", l.tokens * l.mlp / l.tp, 3);  // times the up projection
   if (l.rope) {  // q and k rotated (a product and a fused multiply-add a value); the backward rotates back
@@ -115,17 +117,27 @@ RankCost layer_cost(const Profile& p, const LayerShape& l) {
   }
   // The attention's output is laid out sequence first, as the output
   // projection reads it: no copy (model/rope.hpp).
-  if (l.tp > 1) {  // each TP all-reduce's input copied (two forward, two backward)
+  if (l.tp > 1 && l.split == 1) {  // each TP all-reduce's input copied (two forward, two backward)
     const double copy = memory(p, "add", l.tokens * l.hidden, 2).forward;
     c.compute += Cost{2 * copy, 2 * copy};
+  } else if (l.split > 1 && l.sequences > 1) {
+    // Sequence parallel: each all-gather and reduce-scatter (two and two each
+    // way) moves the sequence first and back, a copy of its part and one of
+    // the whole (tp/sequence_split.cpp); one sequence needs no move.
+    const double copies = memory(p, "add", l.tokens * l.hidden + residual, 2).forward;
+    c.compute += Cost{4 * copies, 4 * copies};
   }
   // The weights, every micro-batch: each gradient added into the fp32 .grad;
   // in bf16 the casts (see weight_traffic).
   const double weights = l.hidden * (2 * q + 2 * kv) + l.hidden * l.mlp / l.tp * (l.gated ? 3 : 2);
   c.compute += weight_traffic(p, weights, l.cast_share);
-  // TP: the attention and MLP outputs all-reduced forward, their input gradients backward.
-  const double e = p.element_bytes();
-  const double tp = 2 * p.collective_seconds("all_reduce", l.tp, e * l.tokens * l.hidden, l.tp_spans);
+  // TP: the attention and MLP outputs all-reduced forward, their input
+  // gradients backward. Sequence parallel: each way their inputs all-gathered
+  // and their outputs reduce-scattered, the same bytes at a ring's cost.
+  const double e = p.element_bytes(), activations = e * l.tokens * l.hidden;
+  const double tp = l.split > 1 ? 2 * (p.collective_seconds("all_gather", l.tp, activations, l.tp_spans) +
+                                       p.collective_seconds("reduce_scatter", l.tp, activations, l.tp_spans))
+                                : 2 * p.collective_seconds("all_reduce", l.tp, activations, l.tp_spans);
   // CP: K and V gathered forward, their gradients reduce-scattered backward.
   const double kv_bytes = 2 * e * l.tokens * l.cp * kv;
   c.comm += {tp + p.collective_seconds("all_gather", l.cp, kv_bytes, l.cp_spans),
@@ -150,7 +162,7 @@ LayerFit fit_layer(const Profile& p, const LayerShape& l, const std::string& mod
     LayerShape at = l;
     at.tokens = m.sequences * m.seq, at.sequences = m.sequences, at.seq = m.seq;
     at.hidden = m.hidden, at.heads = m.heads, at.kv_heads = m.kv_heads, at.head_dim = m.hidden / m.heads;
-    at.mlp = m.mlp, at.tp = 1, at.cp = 1, at.tp_spans = 0, at.cp_spans = 0;
+    at.mlp = m.mlp, at.tp = 1, at.cp = 1, at.tp_spans = 0, at.cp_spans = 0, at.split = 1;
     at.cast_share = 1;  // a calibrated call casts its weights every time
     const Cost primitives = layer_cost(p, at).compute;
     forward.emplace_back(primitives.forward, m.forward_seconds);
@@ -231,6 +243,7 @@ OpEstimate estimate_ops(const RunConfig& c, const Profile& p) {
                              /*gated=*/true, /*causal=*/true, /*rope=*/true,
                              double(c.data.micro_batch_size), double(llm.seq_len), "rms_norm", "gelu"};
   llm_layer.cast_share = 1 / micro_batches;  // trainable weights: cast once a step
+  llm_layer.split = pl.llm.sp ? pl.llm.tp : 1;
   RankCost layer = calibrated_layer_cost(p, llm_layer, "llm");
   for (int s = 0; s < pl.llm.pp; ++s) {
     const int64_t count = stage_layers(llm.layers, pl.llm.pp, s).count;
@@ -301,12 +314,14 @@ OpEstimate estimate_ops(const RunConfig& c, const Profile& p) {
         micro_batches * (pl.encoder.size() / pl.encoder.pp) * (stage.compute.forward + stage.compute.backward);
   }
 
-  // The boundary: a micro-batch's rows, each to every LLM TP rank of its replica.
+  // The boundary: a micro-batch's rows, each to every LLM TP rank of its
+  // replica (sequence parallel: to the one holding its position).
   const int world = pl.world_size;
   const double rows_bytes = e * expected_images_per_step(c) / static_cast<double>(micro_batches_per_step(c)) *
                             static_cast<double>(enc.tokens_per_image()) * static_cast<double>(llm.hidden);
+  const int row_copies = pl.llm.sp ? 1 : pl.llm.tp;
   if (pl.placement == Placement::Colocated) {
-    const double per_rank = rows_bytes * pl.llm.tp / pl.world_size;
+    const double per_rank = rows_bytes * row_copies / pl.world_size;
     t.boundary_forward = p.collective_seconds("all_to_all_v", world, per_rank, members_per_node(p, 0, 1, world));
     t.boundary_backward = t.boundary_forward;
     // Every rank's share of the encoder runs between the backward's exchange
@@ -317,14 +332,14 @@ OpEstimate estimate_ops(const RunConfig& c, const Profile& p) {
       t.boundary_backward += p.collective_skew_seconds(world, llm_compute.forward + llm_compute.backward);
     }
   } else if (pl.placement == Placement::NonColocated) {  // what one LLM rank receives
-    const double per_rank = rows_bytes / (pl.llm.dp * pl.llm.cp);
+    const double per_rank = rows_bytes / (pl.llm.dp * pl.llm.cp) * row_copies / pl.llm.tp;
     // The two sides are on different nodes once the job outgrows one.
     const int apart = p.gpus_per_node() > 0 && world > p.gpus_per_node() ? 1 : 0;
     t.boundary_forward = p.collective_seconds("send_recv", 2, per_rank, apart);
     t.boundary_backward = t.boundary_forward;
   }
   const int stage_stride = pl.llm.size() / pl.llm.pp;
-  t.stage_transfer = p.collective_seconds("send_recv", 2, e * tokens * double(llm.hidden),
+  t.stage_transfer = p.collective_seconds("send_recv", 2, e * tokens * double(llm.hidden) / llm_layer.split,
                                           members_per_node(p, llm_first, stage_stride, pl.llm.pp));
 
   // Once a step: each module's gradients summed over its DP x CP group in

@@ -15,10 +15,12 @@ std::string placement_name(Placement p) { return to_string(p); }
 
 // { tp = 1, cp = 1, pp = 1, dp = 4 }
 std::string layout_toml(const Layout& l) {
-  return fmt::format("{{ tp = {}, cp = {}, pp = {}, dp = {} }}", l.tp, l.cp, l.pp, l.dp);
+  return fmt::format("{{ tp = {}, cp = {}, pp = {}, dp = {}{} }}", l.tp, l.cp, l.pp, l.dp, l.sp ? ", sp = true" : "");
 }
 
-nlohmann::json layout_json(const Layout& l) { return {{"tp", l.tp}, {"cp", l.cp}, {"pp", l.pp}, {"dp", l.dp}}; }
+nlohmann::json layout_json(const Layout& l) {
+  return {{"tp", l.tp}, {"cp", l.cp}, {"pp", l.pp}, {"dp", l.dp}, {"sp", l.sp}};
+}
 
 // The encoder's layout as the trainer resolves it (uniform: the LLM's, without PP).
 Layout encoder_layout(const LayoutConfig& l) { return resolve_placement(l.placement, l.encoder, l.llm).encoder; }

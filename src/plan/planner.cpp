@@ -16,8 +16,9 @@ namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
-// Every (tp, cp, pp, dp) of `size` ranks, by tp, then cp, then pp.
-std::vector<Layout> layouts_of(int size, bool cp_allowed, bool pp_allowed) {
+// Every (tp, cp, pp, dp) of `size` ranks, by tp, then cp, then pp, with
+// sequence parallelism wherever tp > 1 when `sp`.
+std::vector<Layout> layouts_of(int size, bool cp_allowed, bool pp_allowed, bool sp = false) {
   std::vector<Layout> out;
   for (int tp = 1; tp <= size; ++tp) {
     if (size % tp != 0) continue;
@@ -25,7 +26,7 @@ std::vector<Layout> layouts_of(int size, bool cp_allowed, bool pp_allowed) {
       if ((size / tp) % cp != 0 || (cp > 1 && !cp_allowed)) continue;
       for (int pp = 1; pp <= size / tp / cp; ++pp) {
         if ((size / tp / cp) % pp != 0 || (pp > 1 && !pp_allowed)) continue;
-        out.push_back({tp, cp, pp, size / tp / cp / pp});
+        out.push_back({tp, cp, pp, size / tp / cp / pp, sp && tp > 1});
       }
     }
   }
@@ -99,7 +100,9 @@ std::vector<LayoutConfig> enumerate_layouts(const RunConfig& base, int devices, 
   // Uniform: the encoder takes the LLM's layout.
   layout.placement = Placement::Uniform;
   layout.encoder = Layout{};
-  const std::vector<Layout> llm_all = layouts_of(devices, true, true);
+  // The LLM's sequence parallelism is the run file's (layout.llm.sp), not searched.
+  const bool sp = base.layout.llm.sp;
+  const std::vector<Layout> llm_all = layouts_of(devices, true, true, sp);
   for (const Layout& llm : llm_all) {
     layout.llm = llm;
     collect.offer(layout);
@@ -122,7 +125,7 @@ std::vector<LayoutConfig> enumerate_layouts(const RunConfig& base, int devices, 
   const auto survivors = [&](int size, bool encoder_side) {
     std::vector<Layout> kept;
     LayoutConfig alone = layout;
-    for (const Layout& l : layouts_of(size, !encoder_side, true)) {
+    for (const Layout& l : layouts_of(size, !encoder_side, true, !encoder_side && sp)) {
       (encoder_side ? alone.encoder : alone.llm) = l;
       (encoder_side ? alone.llm : alone.encoder) = Layout{};
       alone.run_ahead = std::max(1, alone.llm.pp);

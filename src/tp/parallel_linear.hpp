@@ -6,6 +6,13 @@
 //                         output sharded on the last dim (or gathered).
 //   RowParallelLinear:    weight columns (inputs) sharded; input sharded on
 //                         the last dim, output summed over the TP group.
+//
+// Under sequence parallelism (TpSequence::kSplit, tp/sequence_split.hpp) the
+// activations outside the sharded part hold each rank's 1/tp of the
+// sequence: a column-parallel layer all-gathers its input along the sequence
+// (its gradient reduce-scattered back), a row-parallel layer reduce-scatters
+// its output, and a replicated bias then sees only this rank's tokens, so
+// its gradient is summed over the group.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -14,6 +21,7 @@
 #include <vector>
 
 #include "dist/group.hpp"
+#include "tp/sequence_split.hpp"
 
 namespace hetpar {
 
@@ -30,24 +38,29 @@ struct LinearSpec {
 
 class ColumnParallelLinear : public torch::nn::Module {
  public:
-  ColumnParallelLinear(const LinearSpec& spec, Group& tp, bool gather_output = false);
+  ColumnParallelLinear(const LinearSpec& spec, Group& tp, bool gather_output = false,
+                       TpSequence sequence = TpSequence::kWhole);
   at::Tensor forward(const at::Tensor& x);
   at::Tensor weight, bias;  // [out/tp, in], [out/tp]
+  TpSequence sequence() const { return sequence_; }
 
  private:
   Group& tp_;
   bool gather_output_;
+  TpSequence sequence_;
 };
 
 class RowParallelLinear : public torch::nn::Module {
  public:
-  RowParallelLinear(const LinearSpec& spec, Group& tp, bool input_is_sharded = true);
+  RowParallelLinear(const LinearSpec& spec, Group& tp, bool input_is_sharded = true,
+                    TpSequence sequence = TpSequence::kWhole);
   at::Tensor forward(const at::Tensor& x);
   at::Tensor weight, bias;  // [out, in/tp], [out] (added once, after the sum)
 
  private:
   Group& tp_;
   bool input_is_sharded_;
+  TpSequence sequence_;
 };
 
 // Column-parallel layers that read the same input (q/k/v, gate/up), the
@@ -56,7 +69,8 @@ class RowParallelLinear : public torch::nn::Module {
 // weights (tp/weight_cast.hpp); in fp32 as separate GEMMs on the fp32 weights
 // themselves (a concatenation would copy them every forward). Returns each
 // layer's output, in order. The layers keep their own parameters, so
-// initialisation, checkpoints and sharding do not change.
+// initialisation, checkpoints and sharding do not change. Under sequence
+// parallelism (the layers' TpSequence, all alike) the input is gathered once.
 std::vector<at::Tensor> fused_column_parallel(const at::Tensor& x, const std::vector<const ColumnParallelLinear*>& layers,
                                               Group& tp);
 

@@ -77,8 +77,8 @@ struct EmbeddingRows : torch::autograd::Function<EmbeddingRows> {
 }  // namespace
 
 VocabParallelEmbedding::VocabParallelEmbedding(const std::string& name, int64_t vocab, int64_t hidden,
-                                               uint64_t seed, double init_std, Group& tp)
-    : tp_(tp), first_(tp.rank() * (vocab / tp.size())), count_(vocab / tp.size()) {
+                                               uint64_t seed, double init_std, Group& tp, TpSequence output)
+    : tp_(tp), first_(tp.rank() * (vocab / tp.size())), count_(vocab / tp.size()), output_(output) {
   weight = register_parameter(
       "weight", shard(init_normal(seed, name + ".weight", {vocab, hidden}, init_std), 0, tp.rank(), tp.size()));
 }
@@ -89,7 +89,7 @@ at::Tensor VocabParallelEmbedding::forward(const at::Tensor& ids) {
   const at::Tensor mine = (ids >= first_) & (ids < first_ + count_);
   const at::Tensor local = at::where(mine, ids - first_, at::zeros_like(ids));
   const at::Tensor rows = EmbeddingRows::apply(weight, local) * mine.unsqueeze(-1).to(weight.scalar_type());
-  return allreduce_fwd_identity_bwd(rows, tp_);
+  return output_ == TpSequence::kSplit ? sum_scatter_sequence(rows, tp_) : allreduce_fwd_identity_bwd(rows, tp_);
 }
 
 at::Tensor vocab_parallel_cross_entropy(const at::Tensor& local_logits, const at::Tensor& targets, Group& tp) {

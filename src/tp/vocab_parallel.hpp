@@ -8,20 +8,24 @@
 #include <string>
 
 #include "dist/group.hpp"
+#include "tp/sequence_split.hpp"
 
 namespace hetpar {
 
 class VocabParallelEmbedding : public torch::nn::Module {
  public:
   // Full table: init_normal(seed, name + ".weight", {vocab, hidden}, std).
+  // `output`: kSplit gives each rank its part of the sequence (sequence parallelism).
   VocabParallelEmbedding(const std::string& name, int64_t vocab, int64_t hidden, uint64_t seed,
-                         double init_std, Group& tp);
-  at::Tensor forward(const at::Tensor& ids);  // ids: any shape, int64 -> [..., hidden]
-  at::Tensor weight;                          // [vocab/tp, hidden]
+                         double init_std, Group& tp, TpSequence output = TpSequence::kWhole);
+  // ids: any shape, int64 -> [..., hidden]; split: ids [B, S] -> this rank's [B, S/tp, hidden].
+  at::Tensor forward(const at::Tensor& ids);
+  at::Tensor weight;  // [vocab/tp, hidden]
 
  private:
   Group& tp_;
   int64_t first_, count_;
+  TpSequence output_;
 };
 
 // Per-token cross-entropy from vocab-sharded logits [N, V/tp] and full-vocab

@@ -53,7 +53,8 @@ MultimodalModel::MultimodalModel(const RunConfig& c, Group* encoder_tp, Group* l
     encoder->set_recompute(recomputed_layers(c, Module::kEncoder, encoder->block_count()));
   }
   if (llm_tp) {
-    llm = std::make_shared<LlamaModel>(c.llm, c.run.seed, *llm_tp, llm_cp, llm_stage, c.placement.llm.pp);
+    llm = std::make_shared<LlamaModel>(c.llm, c.run.seed, *llm_tp, llm_cp, llm_stage, c.placement.llm.pp,
+                                       c.placement.llm.sp ? TpSequence::kSplit : TpSequence::kWhole);
     llm->set_recompute(recomputed_layers(c, Module::kLlm, llm->block_count()));
   }
 }

@@ -24,7 +24,9 @@ void PipelineStage::forward(int64_t micro) {
     image_rows = rows_->forward(micro, whole);
   } else {
     auto timed = ctx_.timer.measure(Phase::kPipelineWait);
-    at::Tensor h = at::empty({f.batch.ids.size(0), f.batch.ids.size(1), c.llm.hidden}, ctx_.model.options(at::kFloat));
+    // Under sequence parallelism each TP rank sends and receives its part of the sequence.
+    const int64_t positions = f.batch.ids.size(1) / (c.placement.llm.sp ? c.placement.llm.tp : 1);
+    at::Tensor h = at::empty({f.batch.ids.size(0), positions, c.llm.hidden}, ctx_.model.options(at::kFloat));
     p2p_group(ctx_, Channel::kLlmStages, false).recv(h, stage_peer(ctx_.groups.llm(), -1), data_tag(Channel::kLlmStages, micro));
     f.input = hidden = h.requires_grad_(true);
   }

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "model/context_attention.hpp"
+#include "tp/tp_comm_ops.hpp"
 #include "util/host_to_device.hpp"
 
 namespace hetpar {
@@ -20,14 +21,26 @@ MicroBatch sequence_part(const MicroBatch& batch, const Group& cp) {
   return part;
 }
 
-at::Tensor image_rows_of_part(const at::Tensor& rows, const at::Tensor& image_mask_host, int cp_rank, int cp_size) {
+at::Tensor rank_positions(int64_t seq_len, int cp_rank, int cp_size, int split_rank, int split_size) {
+  const at::Tensor chunks = cp_positions(seq_len, cp_rank, cp_size);
+  if (split_size == 1) return chunks;
+  if (chunks.size(0) % split_size != 0) {
+    throw std::invalid_argument("rank_positions: " + std::to_string(chunks.size(0)) + " positions do not divide over " +
+                                std::to_string(split_size) + " ranks");
+  }
+  const int64_t n = chunks.size(0) / split_size;
+  return chunks.narrow(0, split_rank * n, n).clone();
+}
+
+at::Tensor image_rows_of_part(const at::Tensor& rows, const at::Tensor& image_mask_host, int cp_rank, int cp_size,
+                              int split_rank, int split_size) {
   if (!image_mask_host.defined() || !image_mask_host.is_cpu()) {
     throw std::logic_error("image_rows_of_part: the image mask must be the batch's host copy");
   }
   // Which rows fall in this rank's chunks is counted on the host, from the
   // batch's own copy of the mask: a masked_select on the device would wait
   // for the device to count them.
-  const at::Tensor positions = cp_positions(image_mask_host.size(1), cp_rank, cp_size);
+  const at::Tensor positions = rank_positions(image_mask_host.size(1), cp_rank, cp_size, split_rank, split_size);
   const at::Tensor row_of_position =
       image_mask_host.flatten().to(at::kLong).cumsum(0).sub_(1).view(image_mask_host.sizes());
   const at::Tensor mine =
@@ -37,6 +50,13 @@ at::Tensor image_rows_of_part(const at::Tensor& rows, const at::Tensor& image_ma
 
 at::Tensor image_rows_of_part(const at::Tensor& rows, const at::Tensor& image_mask_host, const Group& cp) {
   return image_rows_of_part(rows, image_mask_host, cp.rank(), cp.size());
+}
+
+at::Tensor own_image_rows(const at::Tensor& rows, const at::Tensor& image_mask_host, const Group& cp, Group& tp,
+                          bool split) {
+  if (!split || tp.size() == 1) return cp.size() > 1 ? image_rows_of_part(rows, image_mask_host, cp) : rows;
+  return image_rows_of_part(identity_fwd_allreduce_bwd(rows, tp), image_mask_host, cp.rank(), cp.size(), tp.rank(),
+                            tp.size());
 }
 
 }  // namespace hetpar

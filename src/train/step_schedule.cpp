@@ -48,10 +48,12 @@ at::Tensor sequential_micro_batch(const StepContext& ctx, int64_t micro) {
     arrived = exchange->forward(rows_in);
   }
   const at::Tensor arrived_in = exchange ? stage_input(arrived) : rows_in;
-  // Uniform under LLM CP: every CP rank encoded the micro-batch's images (the
-  // encoder knows no CP) and keeps the rows of its own positions.
-  Group& cp = llm.get(GroupKind::kCp);
-  const at::Tensor llm_rows = uniform && cp.size() > 1 ? image_rows_of_part(rows_in, batch.image_mask_host, cp) : arrived_in;
+  // Uniform under LLM CP or SP: every CP rank encoded the micro-batch's images
+  // (the encoder knows neither) and keeps the rows of its own positions.
+  const at::Tensor llm_rows =
+      uniform ? own_image_rows(rows_in, batch.image_mask_host, llm.get(GroupKind::kCp), llm.get(GroupKind::kTp),
+                               c.placement.llm.sp)
+              : arrived_in;
   const at::Tensor loss_share = llm_forward_backward(ctx, micro, batch, llm_rows);
   if (ctx.forward_only) return loss_share;
   if (exchange) {  // a collective: every rank takes part, rows or not

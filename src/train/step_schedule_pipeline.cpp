@@ -23,10 +23,11 @@ namespace hetpar {
 namespace {
 
 // Uniform: the first stage's ranks encode their micro-batch's images (all of
-// them under CP, keeping the rows of their own positions).
+// them under CP or SP, keeping the rows of their own positions).
 class EncoderRows : public ImageRows {
  public:
-  explicit EncoderRows(const StepContext& ctx) : ctx_(ctx), cp_(ctx.groups.llm().get(GroupKind::kCp)) {}
+  explicit EncoderRows(const StepContext& ctx)
+      : ctx_(ctx), cp_(ctx.groups.llm().get(GroupKind::kCp)), tp_(ctx.groups.llm().get(GroupKind::kTp)) {}
   bool needs_pixels() const override { return true; }
   at::Tensor forward(int64_t micro, const MicroBatch& whole) override {
     InFlight& f = in_flight_[micro];
@@ -35,7 +36,7 @@ class EncoderRows : public ImageRows {
       f.rows = ctx_.model.encode(whole.pixels);
     }
     f.input = f.rows.detach().requires_grad_(true);
-    const at::Tensor rows = cp_.size() > 1 ? image_rows_of_part(f.input, whole.image_mask_host, cp_) : f.input;
+    const at::Tensor rows = own_image_rows(f.input, whole.image_mask_host, cp_, tp_, ctx_.config.placement.llm.sp);
     if (ctx_.forward_only) in_flight_.erase(micro);  // no backward will come for them
     return rows;
   }
@@ -56,6 +57,7 @@ class EncoderRows : public ImageRows {
   };
   const StepContext& ctx_;
   Group& cp_;
+  Group& tp_;
   std::map<int64_t, InFlight> in_flight_;
 };
 

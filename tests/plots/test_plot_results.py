@@ -227,3 +227,11 @@ def test_predictions_get_their_own_figure_only_when_there_are_some(results_dir):
     png = results_dir / "plots" / "predicted_vs_measured.png"
     assert png.read_bytes().startswith(PNG_SIGNATURE), png
     assert str(png) in done.stdout
+
+
+def test_layout_labels_keep_the_dimensions_above_one_and_sequence_parallelism():
+    plot_results = load_script()
+    assert plot_results.compact("tp1.cp1.pp1.dp2") == "dp2"
+    assert plot_results.compact("tp2.cp1.pp1.dp1.sp") == "tp2.sp"
+    assert plot_results.compact("tp1.cp1.pp1.dp1") == "1 rank"
+    assert plot_results.compact(None) == "?"

@@ -102,7 +102,7 @@ def test_report_checks_the_two_gpu_runs(tmp_path, sums_after_shift, started, sha
     base = [5.0, 4.0, 3.0]
     for run, losses in {"uniform_2": base, "uniform_2_sums_after": [l * (1 + sums_after_shift) for l in base],
                         "uniform_2_sharded": [l * (1 + sharded_shift) for l in base],
-                        "colocated_2": base, "noncolocated_2": base}.items():
+                        "colocated_2": base, "colocated_2_sp": base, "noncolocated_2": base}.items():
         (out / run).mkdir()
         (out / run / "steps.jsonl").write_text(steps(losses))
     (out / "uniform_2" / "summary.json").write_text(json.dumps({"grad_buckets": {"buckets": 51,
@@ -110,6 +110,7 @@ def test_report_checks_the_two_gpu_runs(tmp_path, sums_after_shift, started, sha
     code, text, result = report(out)
     by_name = {c["check"]: c for c in result["checks"]}
     assert by_name["colocated 2 GPUs vs uniform 2"]["result"] == "pass"
+    assert by_name["colocated, LLM sequence parallel, 2 GPUs vs uniform 2"]["result"] == "pass"
     same = by_name["DP sums in the backward vs after it, 2 GPUs"]["result"] == "pass"
     early = by_name["DP buckets started in the backward, 2 GPUs"]["result"] == "pass"
     sharded = by_name["optimizer state sharded vs whole, 2 GPUs"]["result"] == "pass"
