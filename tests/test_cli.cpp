@@ -106,6 +106,18 @@ TEST(Cli, LocalRunWritesResults) {
   EXPECT_TRUE(std::filesystem::exists(dir + "/config.toml"));
 }
 
+// Sequence parallelism asked for at tp 1 runs without it, says so, and records the layout it ran.
+TEST(Cli, SequenceParallelAtTp1IsANoOpItSays) {
+  const std::string dir = ::testing::TempDir() + "/cli_sp_tp1";
+  std::filesystem::remove_all(dir);
+  const auto [code, out] =
+      run_command(kHetpar + " train " HETPAR_SOURCE_DIR "/workloads/tiny.toml --set run.steps=1 --set layout.llm.sp=true --out " + dir);
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_TRUE(contains(out, "warning: layout.llm.sp has no effect at layout.llm.tp = 1")) << out;
+  std::ifstream summary(dir + "/summary.json");
+  EXPECT_EQ(nlohmann::json::parse(summary)["layout_llm"], "tp1.cp1.pp1.dp1");
+}
+
 // runtime.profile_step: every rank writes the step's op-level trace and table.
 TEST(Cli, ProfileStepWritesAnOpTablePerRank) {
   const std::string dir = ::testing::TempDir() + "/cli_profile_" + std::to_string(getpid());

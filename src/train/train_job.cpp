@@ -199,6 +199,9 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
     if (held_out) log_info("held-out evaluation every {} steps on {}", config.run.eval_every, held_out->description());
     log_info("model FLOPs per step:\n{}", metrics.assumptions());
     const nlohmann::json meta = metrics.metadata();
+    if (config.layout.llm.sp && !config.placement.llm.sp) {  // resolve_placement cleared it
+      log_error("warning: layout.llm.sp has no effect at layout.llm.tp = 1: one rank holds the whole sequence anyway");
+    }
     if (device.is_cpu() && meta["ranks_per_core"].get<double>() > 1.0) {
       log_error("warning: {} ranks x {} thread(s) on {} cores: ranks share cores, so these timings are not "
                 "comparable with a machine where each rank has its own", runtime.world_size(),
