@@ -61,16 +61,17 @@ TEST(MemoryModel, TensorParallelismSplitsTheStateAndBf16HalvesActivationsAndCopi
 
 // Sequence parallelism splits what the norms save of the residual stream
 // (their fp32 inputs and a float a row: two a layer and the final norm's)
-// over TP; the matmuls still save their gathered inputs whole, and the
-// encoder keeps whole sequences.
-TEST(MemoryModel, SequenceParallelismSplitsTheNormsInputsOverTp) {
+// and the parts of their outputs the matmuls keep over TP; the encoder keeps
+// whole sequences.
+TEST(MemoryModel, SequenceParallelismSplitsTheNormsInputsAndOutputsOverTp) {
   for (double element_bytes : {4.0, 2.0}) {
     const RunConfig c = tiny({"layout.llm.tp=2"});
     const RankMemory tp2 = rank_memory(c, MemoryAssumptions{element_bytes, 0})[0];
     const RankMemory sp = rank_memory(tiny({"layout.llm.tp=2", "layout.llm.sp=true"}), MemoryAssumptions{element_bytes, 0})[0];
     const double sequence = double(c.data.micro_batch_size * c.llm.seq_len);
-    const double norm_inputs = 4.0 * double(c.llm.hidden + 1) * sequence * double(2 * c.llm.layers + 1);
-    EXPECT_DOUBLE_EQ(tp2.activations - sp.activations, norm_inputs / 2) << element_bytes;
+    const double norms = (4.0 * double(c.llm.hidden + 1) + element_bytes * double(c.llm.hidden)) * sequence *
+                         double(2 * c.llm.layers + 1);
+    EXPECT_DOUBLE_EQ(tp2.activations - sp.activations, norms / 2) << element_bytes;
     EXPECT_DOUBLE_EQ(tp2.state, sp.state);
   }
 }

@@ -40,9 +40,10 @@ struct Part {
 // A norm over `h` values a token: its fp32 input, `row_floats` floats a row
 // (scale; and mean for a layer norm) and its output at the next matmul's width.
 // Under sequence parallelism (`split` ways, else 1) a rank normalises its
-// part of the sequence, but the matmul saves the gathered whole.
+// part of the sequence, and the matmul keeps that part too (gathering it
+// again in its backward: tp/parallel_linear.cpp).
 double norm_bytes_per_token(double h, double row_floats, double eb, int split = 1) {
-  return (h * kFp32 + row_floats * kFp32) / split + h * eb;
+  return (h * kFp32 + row_floats * kFp32 + h * eb) / split;
 }
 
 // How many ways the LLM's residual stream is split on a rank: tp under sequence parallelism.

@@ -122,10 +122,11 @@ RankCost layer_cost(const Profile& p, const LayerShape& l) {
     c.compute += Cost{2 * copy, 2 * copy};
   } else if (l.split > 1 && l.sequences > 1) {
     // Sequence parallel: each all-gather and reduce-scatter (two and two each
-    // way) moves the sequence first and back, a copy of its part and one of
-    // the whole (tp/sequence_split.cpp); one sequence needs no move.
+    // way, and the backward's two gathers of the kept parts) moves the
+    // sequence first and back, a copy of its part and one of the whole
+    // (tp/sequence_split.cpp); one sequence needs no move.
     const double copies = memory(p, "add", l.tokens * l.hidden + residual, 2).forward;
-    c.compute += Cost{4 * copies, 4 * copies};
+    c.compute += Cost{4 * copies, 6 * copies};
   }
   // The weights, every micro-batch: each gradient added into the fp32 .grad;
   // in bf16 the casts (see weight_traffic).
@@ -133,15 +134,17 @@ RankCost layer_cost(const Profile& p, const LayerShape& l) {
   c.compute += weight_traffic(p, weights, l.cast_share);
   // TP: the attention and MLP outputs all-reduced forward, their input
   // gradients backward. Sequence parallel: each way their inputs all-gathered
-  // and their outputs reduce-scattered, the same bytes at a ring's cost.
+  // and their outputs reduce-scattered, the same bytes at a ring's cost, and
+  // the backward gathers the kept inputs again for the weights' gradients.
   const double e = p.element_bytes(), activations = e * l.tokens * l.hidden;
-  const double tp = l.split > 1 ? 2 * (p.collective_seconds("all_gather", l.tp, activations, l.tp_spans) +
-                                       p.collective_seconds("reduce_scatter", l.tp, activations, l.tp_spans))
+  const double gather = p.collective_seconds("all_gather", l.tp, activations, l.tp_spans);
+  const double tp = l.split > 1 ? 2 * (gather + p.collective_seconds("reduce_scatter", l.tp, activations, l.tp_spans))
                                 : 2 * p.collective_seconds("all_reduce", l.tp, activations, l.tp_spans);
+  const double regather = l.split > 1 ? 2 * gather : 0;
   // CP: K and V gathered forward, their gradients reduce-scattered backward.
   const double kv_bytes = 2 * e * l.tokens * l.cp * kv;
   c.comm += {tp + p.collective_seconds("all_gather", l.cp, kv_bytes, l.cp_spans),
-             tp + p.collective_seconds("reduce_scatter", l.cp, kv_bytes, l.cp_spans)};
+             tp + regather + p.collective_seconds("reduce_scatter", l.cp, kv_bytes, l.cp_spans)};
   return c;
 }
 

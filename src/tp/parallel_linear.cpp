@@ -2,8 +2,10 @@
 
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
+#include <torch/autograd.h>
 
 #include "model/param_init.hpp"
+#include "tp/autograd_context.hpp"
 #include "tp/sequence_split.hpp"
 #include "tp/tp_comm_ops.hpp"
 #include "tp/weight_cast.hpp"
@@ -22,18 +24,96 @@ at::Tensor full_linear_bias(const LinearSpec& s) {
 
 namespace {
 
-// A column-parallel layer's input as every rank needs it: the whole sequence.
-// Replicated, its gradient is the sum of every rank's partial gradient; split,
-// each rank's part of that sum. Split under autocast, the parts travel in the
-// precision the GEMM reads them in (half the bytes of the fp32 residual
-// stream), and so does their gradient's sum.
-at::Tensor column_input(const at::Tensor& x, Group& tp, TpSequence sequence) {
-  if (sequence == TpSequence::kWhole) return identity_fwd_allreduce_bwd(x, tp);
-  const c10::DeviceType device = x.device().type();
-  if (x.scalar_type() == at::kFloat && at::autocast::is_autocast_enabled(device)) {
-    return gather_sequence(x.to(at::autocast::get_lower_precision_fp_from_device_type(device)), tp);
+using torch::autograd::AutogradContext;
+using torch::autograd::tensor_list;
+
+// Column-parallel GEMMs on a sequence split over TP: the parts gathered into
+// the whole sequence, each output = whole · weight^T + bias. Only this rank's
+// part is kept for the backward, which gathers it again for the weights'
+// gradients (an all-gather more, where keeping the whole would hold
+// 1 - 1/tp of the input's bytes a layer until the backward) and
+// reduce-scatters the input's gradient back into parts.
+struct GatheredLinears : torch::autograd::Function<GatheredLinears> {
+  static tensor_list forward(AutogradContext* ctx, const at::Tensor& part, at::TensorList weights, at::TensorList biases,
+                             Group* g) {
+    save_pointer(ctx, "group", g);
+    std::vector<at::Tensor> saved{part};
+    saved.insert(saved.end(), weights.begin(), weights.end());
+    ctx->save_for_backward(saved);
+    ctx->saved_data["biases"] = static_cast<int64_t>(biases.size());
+    const at::Tensor whole = all_gather_sequence(part, *g);
+    tensor_list outputs;
+    for (size_t i = 0; i < weights.size(); ++i) {
+      outputs.push_back(at::linear(whole, weights[i], biases.empty() ? at::Tensor() : biases[i]));
+    }
+    return outputs;
   }
-  return gather_sequence(x, tp);
+
+  // The weights' gradients first, from the part gathered again, which is
+  // then dropped; the input's gradient after, summed in place over the
+  // outputs: one whole-sequence tensor alive at a time beside the outputs'
+  // gradients.
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    Group& g = *saved_pointer<Group>(ctx, "group");
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& part = saved[0];
+    const size_t n = saved.size() - 1, biases = static_cast<size_t>(ctx->saved_data["biases"].toInt());
+    tensor_list out(1 + n + biases + 1);  // part, weights, biases, group
+    const auto rows = [](const at::Tensor& t) { return t.reshape({-1, t.size(-1)}); };
+    bool weights_train = false;
+    for (size_t i = 0; i < n; ++i) weights_train = weights_train || ctx->needs_input_grad(1 + i);
+    if (weights_train) {
+      const at::Tensor whole = rows(all_gather_sequence(part, g));
+      for (size_t i = 0; i < n; ++i) {
+        if (grads[i].defined() && ctx->needs_input_grad(1 + i)) out[1 + i] = rows(grads[i]).t().mm(whole);
+      }
+    }
+    for (size_t i = 0; i < n && i < biases; ++i) {
+      if (grads[i].defined() && ctx->needs_input_grad(1 + n + i)) out[1 + n + i] = rows(grads[i]).sum(0);
+    }
+    if (!ctx->needs_input_grad(0)) return out;
+    at::Tensor d_whole;  // [tokens, in], then the parts' shape
+    for (size_t i = 0; i < n; ++i) {
+      if (!grads[i].defined()) continue;  // an output no loss reached
+      if (d_whole.defined()) {
+        d_whole.addmm_(rows(grads[i]), saved[1 + i]);
+      } else {
+        d_whole = rows(grads[i]).mm(saved[1 + i]);
+      }
+    }
+    if (!d_whole.defined()) {
+      out[0] = at::zeros_like(part);
+      return out;
+    }
+    std::vector<int64_t> shape = part.sizes().vec();
+    shape[1] *= g.size();
+    out[0] = reduce_scatter_sequence(d_whole.view(shape), g);
+    return out;
+  }
+};
+
+// Column-parallel GEMMs of `x` with `weights` and `biases` (compute copies,
+// tp/weight_cast.hpp; biases empty or one a weight), one output each. Whole
+// sequences: x on every rank, its gradient the sum of every rank's partial
+// gradient. Split: x is this rank's part; under autocast the parts travel
+// in the precision the GEMMs read them in (half the bytes of the fp32
+// residual stream), and so does their gradient's sum.
+std::vector<at::Tensor> column_linears(const at::Tensor& x, const std::vector<at::Tensor>& weights,
+                                       const std::vector<at::Tensor>& biases, Group& tp, TpSequence sequence) {
+  if (sequence == TpSequence::kSplit && tp.size() > 1) {
+    const c10::DeviceType device = x.device().type();
+    const bool autocast = x.scalar_type() == at::kFloat && at::autocast::is_autocast_enabled(device);
+    const at::Tensor part = autocast ? x.to(at::autocast::get_lower_precision_fp_from_device_type(device)) : x;
+    // As TensorLists: autograd takes a list's tensors as inputs only in that type.
+    return GatheredLinears::apply(part, at::TensorList(weights), at::TensorList(biases), &tp);
+  }
+  // One input for every GEMM: autograd sums their gradients into it, then one all-reduce.
+  const at::Tensor input = identity_fwd_allreduce_bwd(x, tp);
+  std::vector<at::Tensor> outputs;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    outputs.push_back(at::linear(input, weights[i], biases.empty() ? at::Tensor() : biases[i]));
+  }
+  return outputs;
 }
 
 }  // namespace
@@ -45,7 +125,9 @@ ColumnParallelLinear::ColumnParallelLinear(const LinearSpec& spec, Group& tp, bo
 }
 
 at::Tensor ColumnParallelLinear::forward(const at::Tensor& x) {
-  at::Tensor y = at::linear(column_input(x, tp_, sequence_), compute_weight(weight, x), compute_weight(bias, x));
+  std::vector<at::Tensor> biases;
+  if (bias.defined()) biases.push_back(compute_weight(bias, x));
+  const at::Tensor y = column_linears(x, {compute_weight(weight, x)}, biases, tp_, sequence_)[0];
   return gather_output_ ? allgather_fwd_split_bwd(y, tp_) : y;
 }
 
@@ -65,17 +147,17 @@ std::vector<at::Tensor> fused_column_parallel(const at::Tensor& x, const std::ve
   for (const ColumnParallelLinear* l : layers) {
     if (l->sequence() != sequence) throw std::logic_error("fused_column_parallel: the layers' sequence layouts differ");
   }
-  // One input for every projection: autograd sums their gradients into it, then one collective.
-  const at::Tensor input = column_input(x, tp, sequence);
   if (const at::Tensor fused = fused_compute_weight(weights, x); fused.defined()) {
-    const at::Tensor bias = biases.empty() ? at::Tensor() : fused_compute_weight(biases, x);
-    return at::linear(input, fused, bias).split_with_sizes(widths, -1);
+    std::vector<at::Tensor> fused_bias;
+    if (!biases.empty()) fused_bias.push_back(fused_compute_weight(biases, x));
+    return column_linears(x, {fused}, fused_bias, tp, sequence)[0].split_with_sizes(widths, -1);
   }
-  std::vector<at::Tensor> outputs;
+  std::vector<at::Tensor> compute_weights, compute_biases;
   for (const ColumnParallelLinear* l : layers) {
-    outputs.push_back(at::linear(input, compute_weight(l->weight, x), compute_weight(l->bias, x)));
+    compute_weights.push_back(compute_weight(l->weight, x));
+    if (l->bias.defined()) compute_biases.push_back(compute_weight(l->bias, x));
   }
-  return outputs;
+  return column_linears(x, compute_weights, compute_biases, tp, sequence);
 }
 
 RowParallelLinear::RowParallelLinear(const LinearSpec& spec, Group& tp, bool input_is_sharded, TpSequence sequence)

@@ -35,16 +35,6 @@ at::Tensor summed_part(const at::Tensor& x, Group& g) {
 
 Group& saved_group(AutogradContext* ctx) { return *saved_pointer<Group>(ctx, "group"); }
 
-struct GatherSequence : torch::autograd::Function<GatherSequence> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, Group* g) {
-    save_pointer(ctx, "group", g);
-    return gathered(x, *g);
-  }
-  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
-    return {summed_part(grads[0], saved_group(ctx)), at::Tensor()};
-  }
-};
-
 struct SumScatterSequence : torch::autograd::Function<SumScatterSequence> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, Group* g) {
     save_pointer(ctx, "group", g);
@@ -57,9 +47,9 @@ struct SumScatterSequence : torch::autograd::Function<SumScatterSequence> {
 
 }  // namespace
 
-at::Tensor gather_sequence(const at::Tensor& x, Group& tp) {
-  return tp.size() == 1 ? x : GatherSequence::apply(x, &tp);
-}
+at::Tensor all_gather_sequence(const at::Tensor& x, Group& tp) { return tp.size() == 1 ? x : gathered(x, tp); }
+at::Tensor reduce_scatter_sequence(const at::Tensor& x, Group& tp) { return tp.size() == 1 ? x : summed_part(x, tp); }
+
 at::Tensor sum_scatter_sequence(const at::Tensor& x, Group& tp) {
   return tp.size() == 1 ? x : SumScatterSequence::apply(x, &tp);
 }
