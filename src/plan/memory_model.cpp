@@ -19,8 +19,8 @@ struct Part {
 
 // Bytes a transformer layer saves for its backward, per token on a rank of
 // tensor-parallel size `tp` (the inputs of column-parallel matmuls are
-// whole, everything between the two matmuls of a block is split), with
-// activations `eb` bytes wide:
+// whole, or under sequence parallelism this rank's part; everything between
+// the two matmuls of a block is split), with activations `eb` bytes wide:
 // - the two norms: their inputs, which are the residual stream and fp32
 //   whatever the precision (under autocast the embedding and the weights are
 //   fp32 and an add promotes), a float a row for their scale (model/norms.hpp
