@@ -170,6 +170,82 @@ TEST(Planner, PruningByTheLowerBoundFindsWhatSimulatingEveryCandidateFinds) {
   }
 }
 
+// --search-sequence-parallel: the run file's layouts with and without the
+// LLM's sequence parallelism, and the best of both ways found; the sweep it
+// writes runs each point as planned, also where base.toml sets it otherwise.
+TEST(Planner, SearchesTheLlmsSequenceParallelismBothWays) {
+  const RunConfig off = tiny(), on = tiny({"layout.llm.sp=true"});
+  const auto keys = [](const std::vector<LayoutConfig>& layouts) {
+    std::set<std::string> out;
+    for (const LayoutConfig& l : layouts) out.insert(key(l));
+    return out;
+  };
+  const std::vector<LayoutConfig> searched = enumerate_layouts(off, 4, 2, true);
+  std::set<std::string> both = keys(enumerate_layouts(off, 4, 2));
+  const std::set<std::string> with_sp = keys(enumerate_layouts(on, 4, 2));
+  both.insert(with_sp.begin(), with_sp.end());
+  EXPECT_EQ(keys(searched), both);
+  EXPECT_EQ(searched.size(), both.size()) << "a layout listed twice";
+  EXPECT_EQ(keys(enumerate_layouts(on, 4, 2, true)), both) << "the run file's setting changed the search";
+  const auto split = std::count_if(searched.begin(), searched.end(), [](const LayoutConfig& l) { return l.llm.sp; });
+  EXPECT_GT(split, 0);
+  EXPECT_LT(split, static_cast<int64_t>(searched.size()));
+
+  // The GPU profile prices SP's collectives and memory differently from TP's.
+  const Profile gpu = Profile::load(HETPAR_SOURCE_DIR "/profiles/h100_dgx.json");
+  PlanOptions options;
+  options.devices = 8;
+  options.top = 3;
+  const Plan plan_off = plan_layouts(off, gpu, options), plan_on = plan_layouts(on, gpu, options);
+  options.search_sequence_parallel = true;
+  const Plan searched_plan = plan_layouts(on, gpu, options);
+  EXPECT_TRUE(searched_plan.searched_sequence_parallel);
+  EXPECT_EQ(searched_plan.enumerated, static_cast<int64_t>(keys(enumerate_layouts(on, 8, 2, true)).size()));
+  EXPECT_DOUBLE_EQ(searched_plan.top[0].step.seconds,
+                   std::min(plan_off.top[0].step.seconds, plan_on.top[0].step.seconds));
+  for (auto best : {&Plan::best_uniform, &Plan::best_colocated, &Plan::best_non_colocated}) {
+    ASSERT_TRUE((searched_plan.*best) && (plan_off.*best) && (plan_on.*best));
+    EXPECT_DOUBLE_EQ((searched_plan.*best)->step.seconds,
+                     std::min((plan_off.*best)->step.seconds, (plan_on.*best)->step.seconds));
+  }
+  // The same layout with and without SP is predicted differently (else the search would be moot here).
+  Layout tp2{2, 1, 1, 4};
+  LayoutConfig uniform = off.layout;
+  uniform.placement = Placement::Uniform;
+  uniform.llm = tp2;
+  const double whole = predict_step_seconds(with_layout(off, uniform), gpu);
+  uniform.llm.sp = true;
+  EXPECT_NE(predict_step_seconds(with_layout(off, uniform), gpu), whole);
+
+  // Points with sp = false under a base.toml with sp = true run without it.
+  std::vector<PlanCandidate> everything = searched_plan.top;
+  for (auto best : {&Plan::best_uniform, &Plan::best_colocated, &Plan::best_non_colocated}) {
+    everything.push_back(*(searched_plan.*best));
+  }
+  Plan mixed = searched_plan;
+  mixed.top = everything;
+  const bool some_without = std::any_of(everything.begin(), everything.end(),
+                                        [](const PlanCandidate& c) { return c.layout.llm.tp > 1 && !c.layout.llm.sp; });
+  if (!some_without) {  // one point of TP without SP in any case
+    mixed.top.push_back(mixed.top.front());
+    mixed.top.back().layout.placement = Placement::Uniform;
+    mixed.top.back().layout.llm = tp2;
+  }
+  const std::string dir = ::testing::TempDir() + "/plan_sp_" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/base.toml") << to_toml(on);
+  std::ofstream(dir + "/sweep.toml") << plan_sweep_toml(mixed, on, "base.toml");
+  size_t point = 0;
+  for (const SweepRun& run : expand_sweep(load_sweep_spec(dir + "/sweep.toml"), {})) {
+    ASSERT_TRUE(run.config) << run.label << ": " << run.invalid_reason;
+    const LayoutConfig& planned = run.is_baseline ? mixed.best_uniform->layout : mixed.top.at(point++).layout;
+    EXPECT_EQ(run.config->layout.llm.sp, planned.llm.sp) << run.label;
+    EXPECT_EQ(run.config->placement.llm, planned.llm) << run.label;
+  }
+  EXPECT_EQ(point, mixed.top.size());
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Planner, DropsWhatDoesNotFitAndSaysWhenNothingDoes) {
   const RunConfig base = tiny();
   nlohmann::json j = flat_profile(1e9, 64);

@@ -211,13 +211,17 @@ TEST(RoutingPlan, LlmPipelineTakesRowsOnItsFirstStageOnly) {
 TEST(RoutingPlan, SequenceParallelSendsEachRowToTheTpRankHoldingIt) {
   const ModulePlacement p = resolve_placement(Placement::NonColocated, {1, 1, 1, 1}, {2, 1, 1, 1, true});
   ASSERT_TRUE(p.llm.sp);
+  EXPECT_EQ(p.llm.sequence_parts(), 2);
   const BoundaryPlan b = plan_boundary(p, {16, 4, {{6}}});
   const Transfers forward{{{0, 1}, {{0, 0, 2}}}, {{0, 2}, {{0, 2, 2}}}};
   EXPECT_EQ(b.forward, forward);
   const Transfers backward{{{1, 0}, {{0, 0, 2}}}, {{2, 0}, {{0, 2, 2}}}};
   EXPECT_EQ(b.backward, backward);
   // At tp 1 there is nothing to split: resolve_placement clears it.
-  EXPECT_FALSE(resolve_placement(Placement::NonColocated, {1, 1, 1, 1}, {1, 1, 1, 2, true}).llm.sp);
+  const Layout tp1 = resolve_placement(Placement::NonColocated, {1, 1, 1, 1}, {1, 1, 1, 2, true}).llm;
+  EXPECT_FALSE(tp1.sp);
+  EXPECT_EQ(tp1.sequence_parts(), 1);
+  EXPECT_EQ((Layout{4, 2, 1, 1}.sequence_parts()), 1);  // TP alone: every TP rank holds the whole sequence
   // The encoder's is not built.
   EXPECT_THROW(resolve_placement(Placement::NonColocated, {2, 1, 1, 1, true}, {1, 1, 1, 1}), PlacementError);
 }

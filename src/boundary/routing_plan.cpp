@@ -42,10 +42,10 @@ BoundaryPlan plan_boundary(const ModulePlacement& p, const BoundaryBatch& batch)
   const int samples_per_group = samples / p.llm.dp;
   const int64_t chunk = batch.seq_len / (2 * p.llm.cp);
   // Under sequence parallelism each TP rank holds `part` consecutive positions of its CP rank's two chunks.
-  const bool split = p.llm.sp && p.llm.tp > 1;
-  require(!split || (2 * chunk) % p.llm.tp == 0, "seq_len " + std::to_string(batch.seq_len) +
-                                                     " does not split over llm cp x tp (sequence parallelism)");
-  const int64_t part = split ? 2 * chunk / p.llm.tp : 2 * chunk;
+  const int parts = p.llm.sequence_parts();
+  require((2 * chunk) % parts == 0,
+          "seq_len " + std::to_string(batch.seq_len) + " does not split over llm cp x tp (sequence parallelism)");
+  const int64_t part = 2 * chunk / parts;
 
   BoundaryPlan plan;
   for (int s = 0; s < samples; ++s) {
@@ -71,7 +71,7 @@ BoundaryPlan plan_boundary(const ModulePlacement& p, const BoundaryBatch& batch)
     const int last = p.encoder.pp - 1;
     const int sender = encoder.rank({local % p.encoder.tp, 0, e, last});
     const int d = plan.image_sample[j] / samples_per_group;
-    // Split the image's rows where the sequence changes CP rank (and, split, TP rank).
+    // Split the image's rows where the sequence changes CP rank (and, under sequence parallelism, TP rank).
     for (int64_t t = 0; t < batch.tokens_per_image;) {
       const int64_t pos = plan.image_position[j] + t;
       const int cp = cp_rank_of_position(pos, batch.seq_len, p.llm.cp);
@@ -79,7 +79,7 @@ BoundaryPlan plan_boundary(const ModulePlacement& p, const BoundaryBatch& batch)
       const int64_t tokens = std::min({batch.tokens_per_image - t, chunk - pos % chunk, part - in_part % part});
       const RowBlock block{j, t, tokens};
       int grad_sender = -1;
-      if (split) {  // one TP rank holds these positions: it takes the rows and returns their gradient
+      if (parts > 1) {  // one TP rank holds these positions: it takes the rows and returns their gradient
         grad_sender = llm.rank({static_cast<int>(in_part / part), cp, d, 0});
         plan.forward[{sender, grad_sender}].push_back(block);
       } else {  // every TP rank holds them; their equal gradients come back from one

@@ -42,6 +42,9 @@ CLI::App* add_plan_command(CLI::App& app, PlanArgs& args) {
   cmd->add_flag("--recompute-where-needed", args.recompute_where_needed,
                 "try a layout that does not fit the memory again with run.recompute = full (each layer's forward "
                 "again in its backward): more layouts fit, each at the step it then takes");
+  cmd->add_flag("--search-sequence-parallel", args.search_sequence_parallel,
+                "try each LLM layout with tp > 1 with and without sequence parallelism (layout.llm.sp), whatever the "
+                "run file sets");
   cmd->add_option("--set", args.overrides, "override a run-file key: dotted.key=value (repeatable)");
   cmd->add_option("--label", args.labels, "key=value to record in plan.json (repeatable)");
   cmd->add_option("--out", args.out, "directory for plan.json, base.toml, sweep.toml (default results/plans/RUN-N)");
@@ -95,6 +98,7 @@ int run_plan(const PlanArgs& args) {
   options.top = args.top;
   options.objective = parse_plan_objective(args.objective);
   options.recompute_where_needed = args.recompute_where_needed;
+  options.search_sequence_parallel = args.search_sequence_parallel;
   Plan plan;
   try {
     plan = plan_layouts(base, profile, options);

@@ -1,5 +1,6 @@
 // `hetpar plan RUN.toml --devices N [--profile FILE] [--top K] [--objective
-// tokens|tflops] [--set k=v]... [--label k=v]... [--out DIR]`: ranks every
+// tokens|tflops] [--recompute-where-needed] [--search-sequence-parallel]
+// [--set k=v]... [--label k=v]... [--out DIR]`: ranks every
 // layout x placement of the run's model on N devices by the step-time model
 // (plan/planner.hpp), prints the best beside the best uniform baseline, and
 // writes DIR/plan.json, DIR/base.toml (the resolved run) and DIR/sweep.toml
@@ -23,6 +24,7 @@ struct PlanArgs {
   std::vector<std::string> labels;  // key=value, copied into plan.json
   std::string out;                  // default results/plans/<run name>-<devices>
   bool recompute_where_needed = false;
+  bool search_sequence_parallel = false;
 };
 
 CLI::App* add_plan_command(CLI::App& app, PlanArgs& args);

@@ -17,6 +17,10 @@ struct Layout {
   bool sp = false;
 
   int size() const { return tp * cp * pp * dp; }
+  // How many parts the TP ranks split a CP rank's sequence into outside the
+  // sharded matmuls (the residual stream, the norms, what stages send): tp
+  // under sequence parallelism, else 1.
+  int sequence_parts() const { return sp ? tp : 1; }
   bool operator==(const Layout&) const = default;
   // "tp2.cp1.pp1.dp4" (".sp" after it under sequence parallelism): compact
   // and unambiguous in logs and error messages.

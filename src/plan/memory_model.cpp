@@ -46,13 +46,10 @@ double norm_bytes_per_token(double h, double row_floats, double eb, int split = 
   return (h * kFp32 + row_floats * kFp32 + h * eb) / split;
 }
 
-// How many ways the LLM's residual stream is split on a rank: tp under sequence parallelism.
-int residual_split(const Layout& llm) { return llm.sp ? llm.tp : 1; }
-
 double llm_bytes_per_token(const LlmConfig& l, const Layout& lay, bool keeps_probabilities, double eb) {
   const int tp = lay.tp, cp = lay.cp;
   const double h = double(l.hidden), kv = double(l.kv_heads) * double(l.hidden / l.heads), f = double(l.ffn_hidden);
-  const double norms = 2 * norm_bytes_per_token(h, 1, eb, residual_split(lay));
+  const double norms = 2 * norm_bytes_per_token(h, 1, eb, lay.sequence_parts());
   const double split = (2 * h + 2 * kv + 2 * kv * (cp - 1) + 4 * f) * eb + double(l.heads) * kFp32;
   const double probabilities = keeps_probabilities && l.kv_heads != l.heads ? double(l.heads) * double(l.seq_len) * kFp32 : 0;
   return norms + (split + probabilities) / tp;
@@ -134,10 +131,12 @@ Part llm_part(const RunConfig& c, int s, int64_t in_flight, const MemoryAssumpti
   // bf16 against 346.0 and 337.3 predicted. Under run.recompute_layers only
   // the stage's first layers recompute; the rest keep their work.
   const int64_t recomputed = recomputed_layers(c, Module::kLlm, layers.count);
-  const double residual = tokens * h * kFp32 / residual_split(lay);
+  const double residual = tokens * h * kFp32 / lay.sequence_parts();
   p.activations = double(in_flight) * (double(recomputed) * residual + double(layers.count - recomputed) * layer_bytes);
   // The final norm, whose output the head reads.
-  if (last) p.activations += double(in_flight) * tokens * norm_bytes_per_token(h, 1, a.element_bytes, residual_split(lay));
+  if (last) {
+    p.activations += double(in_flight) * tokens * norm_bytes_per_token(h, 1, a.element_bytes, lay.sequence_parts());
+  }
   // The logits at fp32 width, this rank's vocab shard, in as many copies as
   // the loss holds at its peak (tp/vocab_parallel.cpp). Over TP the
   // vocab-parallel function: the logits and three copies (probabilities kept

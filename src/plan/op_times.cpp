@@ -246,7 +246,7 @@ OpEstimate estimate_ops(const RunConfig& c, const Profile& p) {
                              /*gated=*/true, /*causal=*/true, /*rope=*/true,
                              double(c.data.micro_batch_size), double(llm.seq_len), "rms_norm", "gelu"};
   llm_layer.cast_share = 1 / micro_batches;  // trainable weights: cast once a step
-  llm_layer.split = pl.llm.sp ? pl.llm.tp : 1;
+  llm_layer.split = pl.llm.sequence_parts();
   RankCost layer = calibrated_layer_cost(p, llm_layer, "llm");
   for (int s = 0; s < pl.llm.pp; ++s) {
     const int64_t count = stage_layers(llm.layers, pl.llm.pp, s).count;
@@ -322,7 +322,7 @@ OpEstimate estimate_ops(const RunConfig& c, const Profile& p) {
   const int world = pl.world_size;
   const double rows_bytes = e * expected_images_per_step(c) / static_cast<double>(micro_batches_per_step(c)) *
                             static_cast<double>(enc.tokens_per_image()) * static_cast<double>(llm.hidden);
-  const int row_copies = pl.llm.sp ? 1 : pl.llm.tp;
+  const int row_copies = pl.llm.tp / pl.llm.sequence_parts();
   if (pl.placement == Placement::Colocated) {
     const double per_rank = rows_bytes * row_copies / pl.world_size;
     t.boundary_forward = p.collective_seconds("all_to_all_v", world, per_rank, members_per_node(p, 0, 1, world));

@@ -15,7 +15,13 @@ std::string placement_name(Placement p) { return to_string(p); }
 
 // { tp = 1, cp = 1, pp = 1, dp = 4 }
 std::string layout_toml(const Layout& l) {
-  return fmt::format("{{ tp = {}, cp = {}, pp = {}, dp = {}{} }}", l.tp, l.cp, l.pp, l.dp, l.sp ? ", sp = true" : "");
+  return fmt::format("{{ tp = {}, cp = {}, pp = {}, dp = {} }}", l.tp, l.cp, l.pp, l.dp);
+}
+
+// The LLM's, which states its sequence parallelism either way: a sweep point's
+// table merges into base.toml's, whose setting would otherwise stand.
+std::string llm_layout_toml(const Layout& l) {
+  return fmt::format("{{ tp = {}, cp = {}, pp = {}, dp = {}, sp = {} }}", l.tp, l.cp, l.pp, l.dp, l.sp);
 }
 
 nlohmann::json layout_json(const Layout& l) {
@@ -114,9 +120,10 @@ std::string layout_text(const LayoutConfig& l) {
 
 std::string plan_table(const Plan& plan, const std::string& profile_origin) {
   std::string text = fmt::format(
-      "{} valid layouts on {} devices, {} fit the memory of {}; searched in {:.2f} s; ranked by {}\n\n",
-      plan.enumerated, plan.devices, plan.fitting, profile_origin, plan.search_seconds,
-      plan.objective == PlanObjective::kTokens ? "tokens/s" : "TFLOPS/device");
+      "{} valid layouts on {} devices{}, {} fit the memory of {}; searched in {:.2f} s; ranked by {}\n\n",
+      plan.enumerated, plan.devices,
+      plan.searched_sequence_parallel ? " (the LLM with and without sequence parallelism)" : "", plan.fitting,
+      profile_origin, plan.search_seconds, plan.objective == PlanObjective::kTokens ? "tokens/s" : "TFLOPS/device");
   // The layout column as wide as its widest entry.
   size_t width = 52;
   for (const PlanCandidate& c : plan.top) width = std::max(width, layout_column(c).size());
@@ -164,6 +171,7 @@ nlohmann::json plan_json(const Plan& plan, const RunConfig& base, const std::str
       {"devices", plan.devices},
       {"profile", profile_origin},
       {"objective", plan.objective == PlanObjective::kTokens ? "tokens" : "tflops"},
+      {"searched_sequence_parallel", plan.searched_sequence_parallel},
       {"candidates",
        {{"enumerated", plan.enumerated}, {"fitting", plan.fitting}, {"search_seconds", plan.search_seconds}}},
       {"best", {{"uniform", best(plan.best_uniform)}, {"colocated", best(plan.best_colocated)},
@@ -206,7 +214,7 @@ std::string plan_sweep_toml(const Plan& plan, const RunConfig& base, const std::
       "baseline = {{ layout = {{ placement = \"uniform\", encoder = {}, llm = {} }}{} }}\n\n"
       "[[axis]]\nname = \"layout\"\n",
       plan.top.size(), base.run.name, plan.devices, base.run.name, plan.devices, base_file,
-      computes_in_bf16(base) ? "1e-2" : "1e-5", layout_toml(Layout{}), layout_toml(baseline_llm), baseline_run);
+      computes_in_bf16(base) ? "1e-2" : "1e-5", layout_toml(Layout{}), llm_layout_toml(baseline_llm), baseline_run);
   for (size_t i = 0; i < plan.top.size(); ++i) {
     const PlanCandidate& c = plan.top[i];
     const LayoutConfig& l = c.layout;
@@ -216,8 +224,8 @@ std::string plan_sweep_toml(const Plan& plan, const RunConfig& base, const std::
                         c.speedup > 0 ? fmt::format(", {:.3f}x the best uniform", c.speedup) : "", i + 1,
                         placement_name(l.placement));
     text += fmt::format("set = {{ layout = {{ placement = \"{}\", encoder = {}, llm = {}, run_ahead = {} }}{} }}\n",
-                        placement_name(l.placement), layout_toml(uniform ? Layout{} : l.encoder), layout_toml(l.llm),
-                        l.run_ahead, recompute_set(c, base));
+                        placement_name(l.placement), layout_toml(uniform ? Layout{} : l.encoder),
+                        llm_layout_toml(l.llm), l.run_ahead, recompute_set(c, base));
   }
   return text;
 }

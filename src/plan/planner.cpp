@@ -16,9 +16,13 @@ namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
-// Every (tp, cp, pp, dp) of `size` ranks, by tp, then cp, then pp, with
-// sequence parallelism wherever tp > 1 when `sp`.
-std::vector<Layout> layouts_of(int size, bool cp_allowed, bool pp_allowed, bool sp = false) {
+// Which of a layout's settings of sequence parallelism are tried where tp > 1.
+enum class SequenceParallel { kOff, kOn, kBoth };
+
+// Every (tp, cp, pp, dp) of `size` ranks, by tp, then cp, then pp; where tp >
+// 1, with sequence parallelism as `sp` says (without it first).
+std::vector<Layout> layouts_of(int size, bool cp_allowed, bool pp_allowed,
+                               SequenceParallel sp = SequenceParallel::kOff) {
   std::vector<Layout> out;
   for (int tp = 1; tp <= size; ++tp) {
     if (size % tp != 0) continue;
@@ -26,7 +30,9 @@ std::vector<Layout> layouts_of(int size, bool cp_allowed, bool pp_allowed, bool 
       if ((size / tp) % cp != 0 || (cp > 1 && !cp_allowed)) continue;
       for (int pp = 1; pp <= size / tp / cp; ++pp) {
         if ((size / tp / cp) % pp != 0 || (pp > 1 && !pp_allowed)) continue;
-        out.push_back({tp, cp, pp, size / tp / cp / pp, sp && tp > 1});
+        const Layout layout{tp, cp, pp, size / tp / cp / pp};
+        if (tp == 1 || sp != SequenceParallel::kOn) out.push_back(layout);
+        if (tp > 1 && sp != SequenceParallel::kOff) out.push_back({layout.tp, layout.cp, layout.pp, layout.dp, true});
       }
     }
   }
@@ -93,15 +99,18 @@ RunConfig with_layout(const RunConfig& base, const LayoutConfig& layout) {
   return c;
 }
 
-std::vector<LayoutConfig> enumerate_layouts(const RunConfig& base, int devices, int extra_run_ahead) {
+std::vector<LayoutConfig> enumerate_layouts(const RunConfig& base, int devices, int extra_run_ahead,
+                                            bool search_sequence_parallel) {
   if (devices < 1) throw std::invalid_argument("--devices must be at least 1, got " + std::to_string(devices));
   Collector collect{base, {}};
   LayoutConfig layout = base.layout;
   // Uniform: the encoder takes the LLM's layout.
   layout.placement = Placement::Uniform;
   layout.encoder = Layout{};
-  // The LLM's sequence parallelism is the run file's (layout.llm.sp), not searched.
-  const bool sp = base.layout.llm.sp;
+  // The LLM's sequence parallelism: the run file's (layout.llm.sp), or both ways.
+  const SequenceParallel sp = search_sequence_parallel ? SequenceParallel::kBoth
+                              : base.layout.llm.sp     ? SequenceParallel::kOn
+                                                       : SequenceParallel::kOff;
   const std::vector<Layout> llm_all = layouts_of(devices, true, true, sp);
   for (const Layout& llm : llm_all) {
     layout.llm = llm;
@@ -125,7 +134,7 @@ std::vector<LayoutConfig> enumerate_layouts(const RunConfig& base, int devices, 
   const auto survivors = [&](int size, bool encoder_side) {
     std::vector<Layout> kept;
     LayoutConfig alone = layout;
-    for (const Layout& l : layouts_of(size, !encoder_side, true, !encoder_side && sp)) {
+    for (const Layout& l : layouts_of(size, !encoder_side, true, encoder_side ? SequenceParallel::kOff : sp)) {
       (encoder_side ? alone.encoder : alone.llm) = l;
       (encoder_side ? alone.llm : alone.encoder) = Layout{};
       alone.run_ahead = std::max(1, alone.llm.pp);
@@ -190,7 +199,8 @@ int64_t fewest_recomputed_layers_that_fit(const RunConfig& c, const std::functio
 Plan plan_layouts(const RunConfig& base, const Profile& profile, const PlanOptions& options) {
   const auto started = std::chrono::steady_clock::now();
   if (options.top < 1) throw std::invalid_argument("--top must be at least 1, got " + std::to_string(options.top));
-  const std::vector<LayoutConfig> layouts = enumerate_layouts(base, options.devices, options.extra_run_ahead);
+  const std::vector<LayoutConfig> layouts =
+      enumerate_layouts(base, options.devices, options.extra_run_ahead, options.search_sequence_parallel);
   if (layouts.empty()) {
     // Unreachable from a valid run file on 2 or more devices (an encoder of
     // dp N - 1 beside a one-rank LLM is always valid); kept for the message.
@@ -199,6 +209,7 @@ Plan plan_layouts(const RunConfig& base, const Profile& profile, const PlanOptio
   Plan plan;
   plan.devices = options.devices;
   plan.objective = options.objective;
+  plan.searched_sequence_parallel = options.search_sequence_parallel;
   plan.enumerated = static_cast<int64_t>(layouts.size());
   const double tokens_per_step = double(base.data.global_batch_size) * double(base.llm.seq_len);
   RunConfig c = base;

@@ -39,12 +39,18 @@ struct PlanOptions {
   // (run.recompute_layers) that fit: each recomputed layer only adds work.
   // Of those that fit, the one with the least lower bound of the step.
   bool recompute_where_needed = false;
+  // Every LLM layout with tp > 1 is tried with and without sequence
+  // parallelism (layout.llm.sp), whatever the run file says.
+  bool search_sequence_parallel = false;
 };
 
 // Every candidate layout whose config is valid (layout_problem finds
 // nothing), in a fixed order: uniform, colocated, non-colocated by encoder
-// devices; within each, by encoder then LLM layout.
-std::vector<LayoutConfig> enumerate_layouts(const RunConfig& base, int devices, int extra_run_ahead);
+// devices; within each, by encoder then LLM layout. The LLM's sequence
+// parallelism is the run file's, or where `search_sequence_parallel` both
+// (without it first).
+std::vector<LayoutConfig> enumerate_layouts(const RunConfig& base, int devices, int extra_run_ahead,
+                                            bool search_sequence_parallel = false);
 
 struct PlanCandidate {
   LayoutConfig layout;
@@ -62,6 +68,7 @@ struct PlanCandidate {
 struct Plan {
   int devices = 0;
   PlanObjective objective = PlanObjective::kTokens;
+  bool searched_sequence_parallel = false;  // PlanOptions::search_sequence_parallel
   int64_t enumerated = 0, fitting = 0;
   std::vector<PlanCandidate> top;  // the best `top` fitting, best first
   std::optional<PlanCandidate> best_uniform, best_colocated, best_non_colocated;

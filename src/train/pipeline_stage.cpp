@@ -25,7 +25,7 @@ void PipelineStage::forward(int64_t micro) {
   } else {
     auto timed = ctx_.timer.measure(Phase::kPipelineWait);
     // Under sequence parallelism each TP rank sends and receives its part of the sequence.
-    const int64_t positions = f.batch.ids.size(1) / (c.placement.llm.sp ? c.placement.llm.tp : 1);
+    const int64_t positions = f.batch.ids.size(1) / c.placement.llm.sequence_parts();
     at::Tensor h = at::empty({f.batch.ids.size(0), positions, c.llm.hidden}, ctx_.model.options(at::kFloat));
     p2p_group(ctx_, Channel::kLlmStages, false).recv(h, stage_peer(ctx_.groups.llm(), -1), data_tag(Channel::kLlmStages, micro));
     f.input = hidden = h.requires_grad_(true);
