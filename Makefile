@@ -91,8 +91,9 @@ offline-bundle:
 	scripts/offline-bundle.sh $(BUNDLE_OUT)
 
 # One training step of the same LLaVA in hetpar and in transformers, side by side (bench/peer/README.md).
+PEER_OUT ?= results/bench/peer
 bench-peer: hetpar
-	$(VENV)/bin/python bench/peer/peer_bench.py --rounds 3 --threads 1,2 --hetpar $(BUILD)/hetpar
+	$(VENV)/bin/python bench/peer/peer_bench.py --rounds 3 --threads 1,2 --hetpar $(BUILD)/hetpar --out $(PEER_OUT)
 
 # The C++ tests with AddressSanitizer + UndefinedBehaviorSanitizer, in their own build tree,
 # less two kinds of memory-model test:

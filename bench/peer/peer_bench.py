@@ -41,8 +41,32 @@ SMOKE_SHAPES = dict(vision_hidden=32, vision_layers=1, vision_heads=2, vision_ml
                     seq_len=16, batch=2)
 
 
+# The file that says this benchmark made its --out: it writes again only into
+# a folder that is new, empty or marked so (it never deletes anything).
+OUT_MARKER = ".hetpar-peer-bench"
+
+
+def out_problem(out):
+    """None when the benchmark may write into `out`, else why not."""
+    if not out.exists():
+        return None
+    if not out.is_dir():
+        return f"--out {out} is not a folder"
+    if (out / OUT_MARKER).is_file():
+        return None
+    entries = sorted(p.name for p in out.iterdir())
+    if entries:
+        return (f"--out {out} holds files this benchmark did not write (first: {entries[0]}); "
+                f"name a new or empty folder")
+    return None
+
+
 class BenchError(Exception):
     pass
+
+
+class OutRefused(BenchError):
+    """Bad input: exit 2, nothing written."""
 
 
 def parse_args():
@@ -56,7 +80,8 @@ def parse_args():
     parser.add_argument("--steps", type=int, default=5, help="timed steps per run (default 5)")
     parser.add_argument("--hetpar", default=str(REPO / "build" / "hetpar"), help="hetpar binary (default build/hetpar)")
     parser.add_argument("--python", default=sys.executable, help="python that runs transformers (default this one)")
-    parser.add_argument("--out", help="folder for run files, outputs and peer_bench.json (default a new temp folder)")
+    parser.add_argument("--out", help="folder for run files, outputs and peer_bench.json: new, empty, or an earlier "
+                                      "run's (default a new temp folder; make bench-peer: results/bench/peer)")
     parser.add_argument("--gemm-size", type=int, default=512, help="n of the n^3 fp32 GEMM of the peak (default 512)")
     parser.add_argument("--gemm-seconds", type=float, default=1.0, help="seconds per GEMM measurement (default 1)")
     parser.add_argument("--smoke", action="store_true",
@@ -286,10 +311,15 @@ def median(xs):
 
 def main():
     a = parse_args()
+    out_root = Path(a.out).resolve() if a.out else Path(tempfile.mkdtemp(prefix="peer_bench_"))
+    if problem := out_problem(out_root):
+        raise OutRefused(problem)
     if not Path(a.hetpar).is_file():
         raise BenchError(f"no hetpar binary at {a.hetpar} (build it, or pass --hetpar)")
-    out_root = Path(a.out) if a.out else Path(tempfile.mkdtemp(prefix="peer_bench_"))
+    # Absolute: each side runs in a folder of its own.
+    a.hetpar = str(Path(a.hetpar).resolve())
     out_root.mkdir(parents=True, exist_ok=True)
+    (out_root / OUT_MARKER).write_text("written by bench/peer/peer_bench.py\n")
     timeout = 120 if a.smoke else 3600
     cores = os.cpu_count() or 1
     report = {"args": {k: v for k, v in vars(a).items() if k != "thread_counts"}, "cores": cores,
@@ -420,4 +450,4 @@ if __name__ == "__main__":
         sys.exit(main())
     except BenchError as e:
         print(f"peer_bench: error: {e}", file=sys.stderr)
-        sys.exit(1)
+        sys.exit(2 if isinstance(e, OutRefused) else 1)

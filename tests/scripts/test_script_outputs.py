@@ -1,8 +1,9 @@
-"""The scripts that write results (gpu-check.sh, paper.sh) never write over a
+"""The scripts that write results (gpu-check.sh, paper.sh, the peer benchmark) never write over a
 user's files: a non-empty folder they did not make is refused at once, exit 2,
 its files untouched; their own earlier folder is taken again."""
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 SOURCE = Path(os.environ.get("HETPAR_SOURCE_DIR", Path(__file__).resolve().parents[2]))
@@ -47,3 +48,22 @@ def test_paper_refuses_a_users_folder_and_takes_its_own(tmp_path):
                            str(own)], capture_output=True, text=True, cwd=tmp_path, timeout=60)
     assert "not made by" not in done.stderr  # taken: it fails later, at the missing binary
     assert (own / "plans").is_dir()
+
+
+def test_peer_bench_refuses_a_users_folder_and_takes_its_own(tmp_path):
+    folder = users_folder(tmp_path)
+    script = SOURCE / "bench" / "peer" / "peer_bench.py"
+    # The folder is checked first: the binary is never looked for.
+    done = subprocess.run([sys.executable, str(script), "--smoke", "--hetpar", "/nonexistent/hetpar",
+                           "--out", str(folder)], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "holds files this benchmark did not write (first: paper_speedups.md)" in done.stderr
+    assert untouched(folder)
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / ".hetpar-peer-bench").write_text("")
+    (own / "peer_bench.json").write_text("an earlier run's\n")
+    done = subprocess.run([sys.executable, str(script), "--smoke", "--hetpar", "/nonexistent/hetpar",
+                           "--out", str(own)], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    # Taken: it fails later, at the missing binary.
+    assert done.returncode == 1 and "no hetpar binary at /nonexistent/hetpar" in done.stderr, done.stderr
