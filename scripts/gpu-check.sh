@@ -32,15 +32,20 @@
 # It writes OUT/gpu-check.json and prints a table. Without a GPU it exits 3
 # in seconds with "no CUDA device visible".
 #
-# Usage: scripts/gpu-check.sh [--python PY] [--bundle DIR] [--build DIR] [--prebuilt] [--out DIR]
+# Usage: scripts/gpu-check.sh [--python PY] [--bundle DIR] [--build DIR] [--prebuilt] [--rehearse] [--out DIR]
 #   PY:     the python whose torch to build against (default: python3)
 #   DIR:    scripts/offline-bundle.sh's folder, when the system lacks the libraries
 #   --prebuilt: take hetpar and test_gpu from the --build folder as they are
 #           (built elsewhere against this machine's LibTorch) instead of building
+#   --rehearse: the script itself checked on a machine without a GPU, before
+#           GPU time is spent on it: every stage that a CPU can run, as it is
+#           written, with the device cpu (2 Gloo ranks for the multi-GPU
+#           stages), from --prebuilt binaries; the throughput run and the
+#           calibration are skipped. Its report says REHEARSAL: no GPU check.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-PY=python3 BUNDLE="" BUILD=build-gpu OUT=results/gpu-check PREBUILT=0
+PY=python3 BUNDLE="" BUILD=build-gpu OUT=results/gpu-check PREBUILT=0 REHEARSE=0
 while (($#)); do
   case "$1" in
     --python) PY="$2"; shift 2 ;;
@@ -48,6 +53,7 @@ while (($#)); do
     --build) BUILD="$2"; shift 2 ;;
     --out) OUT="$2"; shift 2 ;;
     --prebuilt) PREBUILT=1; shift ;;
+    --rehearse) REHEARSE=1 PREBUILT=1; shift ;;
     *) echo "gpu-check: unknown argument $1 (see the header of $0)" >&2; exit 2 ;;
   esac
 done
@@ -60,7 +66,7 @@ if [[ -e "$OUT" && ! -f "$OUT/.hetpar-gpu-check" && -n "$(ls -A "$OUT" 2>/dev/nu
 fi
 
 # No device node and no nvidia-smi answer: nothing to check, said at once.
-if ! compgen -G "/dev/nvidia[0-9]*" >/dev/null && ! nvidia-smi -L >/dev/null 2>&1; then
+if ((!REHEARSE)) && ! compgen -G "/dev/nvidia[0-9]*" >/dev/null && ! nvidia-smi -L >/dev/null 2>&1; then
   echo "gpu-check: no CUDA device visible" >&2
   exit 3
 fi
@@ -70,6 +76,11 @@ OUT="$(cd "$OUT" && pwd)"
 STAGES="$OUT/stages.tsv"
 : >"$STAGES"
 T0=$SECONDS
+DEVICE=cuda
+if ((REHEARSE)); then
+  DEVICE=cpu
+  printf 'rehearsal\tskipped\t0\ton the CPU, 2 Gloo ranks for the multi-GPU stages: the script checked, no GPU\n' >>"$STAGES"
+fi
 
 # stage NAME LIMIT_S COMMAND...: runs it with a time limit, its output in
 # OUT/NAME.log; records the name, exit code and seconds.
@@ -99,35 +110,41 @@ HETPAR="$BUILD/hetpar"
 # Held-out losses after steps 3, 6 and 9 (forward only): the comparisons below hold them to the same tolerance.
 TINY="workloads/tiny.toml --set run.steps=10 --set run.eval_every=3 --set data.global_batch_size=4 --set data.micro_batch_size=2"
 
-stage devices 60 bash -c "$HETPAR devices --require-gpu >$OUT/devices.json"
+stage devices 60 bash -c "$HETPAR devices $( ((REHEARSE)) || echo --require-gpu) >$OUT/devices.json"
 [[ $? -eq 3 ]] && { echo "gpu-check: no CUDA device visible" >&2; exit 3; }
 stage gpu_tests 120 "$BUILD/test_gpu" --gtest_output="json:$OUT/gpu_tests.json"
-stage fp32_cuda 120 $HETPAR train $TINY --set runtime.device=cuda --set run.precision=fp32 --out "$OUT/fp32_cuda" &&
+stage fp32_cuda 120 $HETPAR train $TINY --set runtime.device=$DEVICE --set run.precision=fp32 --out "$OUT/fp32_cuda" &&
   stage fp32_cpu 120 $HETPAR train $TINY --set runtime.device=cpu --out "$OUT/fp32_cpu" &&
   stage fp32 30 $HETPAR compare "$OUT/fp32_cuda" "$OUT/fp32_cpu" --rtol 1e-5
-stage fp32_cuda_recompute 120 $HETPAR train $TINY --set runtime.device=cuda --set run.precision=fp32 \
+stage fp32_cuda_recompute 120 $HETPAR train $TINY --set runtime.device=$DEVICE --set run.precision=fp32 \
   --set run.recompute=full --out "$OUT/fp32_cuda_recompute" &&
   stage recompute 30 $HETPAR compare "$OUT/fp32_cuda_recompute" "$OUT/fp32_cuda" --rtol 1e-6
-stage bf16_cuda 120 $HETPAR train $TINY --set runtime.device=cuda --set run.precision=bf16 --out "$OUT/bf16_cuda" &&
+stage bf16_cuda 120 $HETPAR train $TINY --set runtime.device=$DEVICE --set run.precision=bf16 --out "$OUT/bf16_cuda" &&
   stage bf16 30 $HETPAR compare "$OUT/bf16_cuda" "$OUT/fp32_cuda" --rtol 2e-3 &&
   { ! $HETPAR compare "$OUT/bf16_cuda" "$OUT/fp32_cuda" --rtol 1e-6 >"$OUT/bf16_differs.log" 2>&1 ||
     { printf 'bf16_in_effect\t1\t0\n' >>"$STAGES"; false; }; }
-stage host_sync 120 env HETPAR_CHECK_HOST_SYNCS=1 TORCH_SHOW_CPP_STACKTRACES=1 $HETPAR train $TINY --set runtime.device=cuda --set run.steps=3 \
+stage host_sync 120 env HETPAR_CHECK_HOST_SYNCS=1 TORCH_SHOW_CPP_STACKTRACES=1 $HETPAR train $TINY --set runtime.device=$DEVICE --set run.steps=3 \
   --out "$OUT/host_sync"
 THROUGHPUT=workloads/runs/gpu_check_llama8b_layers.toml
-# The last step's op profile (host operators and GPU kernels): where the time goes.
-stage throughput 300 $HETPAR train $THROUGHPUT --set runtime.profile_step=12 --out "$OUT/throughput"
 PUBLISHED=profiles/h200_dgx.json
-stage calibrate 240 $HETPAR calibrate --device cuda --base $PUBLISHED --out "$OUT/profile_measured.json"
+if ((REHEARSE)); then
+  skip throughput "rehearsal: Llama-3-8B-shaped layers need a GPU"
+  skip calibrate "rehearsal: needs a GPU"
+else
+  # The last step's op profile (host operators and GPU kernels): where the time goes.
+  stage throughput 300 $HETPAR train $THROUGHPUT --set runtime.profile_step=12 --out "$OUT/throughput"
+  stage calibrate 240 $HETPAR calibrate --device cuda --base $PUBLISHED --out "$OUT/profile_measured.json"
+fi
 stage predict_published 60 $HETPAR plan $THROUGHPUT --devices 1 --top 1 --profile $PUBLISHED --out "$OUT/plan_published"
 [[ -f "$OUT/profile_measured.json" ]] &&
   stage predict_measured 60 $HETPAR plan $THROUGHPUT --devices 1 --top 1 --profile "$OUT/profile_measured.json" \
     --out "$OUT/plan_measured"
 
 GPUS=$("$PY" -c "import json; print(json.load(open('$OUT/devices.json'))['cuda_devices'])" 2>/dev/null || echo 0)
+((REHEARSE)) && GPUS=2
 if ((GPUS >= 2)); then
   # Buckets of 10 KB: the DP sums start on NCCL during the last backward (about 50 buckets a module).
-  TWO="$TINY --set runtime.device=cuda --set run.precision=fp32 --set runtime.grad_bucket_mib=0.01"
+  TWO="$TINY --set runtime.device=$DEVICE --set run.precision=fp32 --set runtime.grad_bucket_mib=0.01"
   if stage uniform_2 120 $HETPAR train $TWO --set layout.llm.dp=2 --out "$OUT/uniform_2"; then
     stage colocated_2 120 $HETPAR train $TWO --set layout.placement=colocated --set layout.encoder.dp=2 \
       --set layout.llm.tp=2 --out "$OUT/colocated_2" &&

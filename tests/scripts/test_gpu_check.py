@@ -139,3 +139,33 @@ def test_report_sets_the_model_beside_the_measurement(tmp_path):
     assert by_name["step-time model, measured profile"]["result"] == "FAIL"  # 20 % off
     assert "(-20.0 %)" in by_name["step-time model, measured profile"]["figure"]
     assert code == 1, text
+
+
+# The rehearsal runs every stage a CPU can, as the script writes it: a typo in
+# a stage's settings or a report that misreads real output shows here, not in
+# the few GPU minutes a check gets. About 25 s on the 2-core machine.
+@pytest.mark.skipif("HETPAR_BINARY" not in os.environ, reason="needs the build's hetpar (HETPAR_BINARY)")
+def test_rehearsal_runs_every_stage_a_cpu_can(tmp_path):
+    build = Path(os.environ["HETPAR_BINARY"]).resolve().parent
+    out = tmp_path / "out"
+    done = subprocess.run([str(SOURCE / "scripts" / "gpu-check.sh"), "--rehearse", "--build", str(build),
+                           "--python", sys.executable, "--out", str(out)],
+                          capture_output=True, text=True, cwd=SOURCE, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.startswith("REHEARSAL on the CPU"), done.stdout
+    stages = {line.split("\t")[0]: line.split("\t")[1] for line in (out / "stages.tsv").read_text().splitlines()}
+    ran = ["devices", "gpu_tests", "fp32_cuda", "fp32_cpu", "fp32", "fp32_cuda_recompute", "recompute", "bf16_cuda",
+           "bf16", "host_sync", "predict_published", "uniform_2", "colocated_2", "colocated_parity",
+           "colocated_2_sp", "colocated_sp_parity", "uniform_2_sums_after", "overlap_same_bits",
+           "uniform_2_sharded", "sharded_parity", "noncolocated_2", "noncolocated_parity"]
+    assert {name: stages.get(name) for name in ran} == {name: "0" for name in ran}, done.stderr
+    assert {stages[n] for n in ("build", "rehearsal", "throughput", "calibrate")} == {"skipped"}
+    result = json.loads((out / "gpu-check.json").read_text())
+    assert result["rehearsal"] is True
+    by_name = {c["check"]: c["result"] for c in result["checks"]}
+    assert by_name["devices"] == by_name["gpu_tests"] == by_name["throughput (8B-shaped layers, bf16)"] == "not run"
+    parities = [name for name in by_name if " vs " in name]
+    assert len(parities) == 8 and all(by_name[name] == "pass" for name in parities), by_name
+    # Every run was on the CPU.
+    for run in ("fp32_cuda", "bf16_cuda", "colocated_2_sp"):
+        assert json.loads((out / run / "summary.json").read_text())["device"].startswith("cpu"), run
