@@ -17,6 +17,15 @@ def users_folder(tmp_path):
     return folder
 
 
+def earlier_output(tmp_path, marker, name):
+    """A folder the script made before: its marker and one of its files."""
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / marker).write_text("")
+    (own / name).write_text("an earlier run's\n")
+    return own
+
+
 def untouched(folder):
     return (sorted(p.name for p in folder.iterdir()) == ["paper_speedups.md", "stages.tsv"]
             and (folder / "stages.tsv").read_text() == "my own table\n"
@@ -40,10 +49,7 @@ def test_paper_refuses_a_users_folder_and_takes_its_own(tmp_path):
     assert done.returncode == 2, done.stderr
     assert "not made by scripts/paper.sh" in done.stderr
     assert untouched(folder)
-    own = tmp_path / "own"
-    own.mkdir()
-    (own / ".hetpar-paper").write_text("")
-    (own / "paper_speedups.md").write_text("an earlier run's\n")
+    own = earlier_output(tmp_path, ".hetpar-paper", "paper_speedups.md")
     done = subprocess.run(["bash", str(SOURCE / "scripts" / "paper.sh"), "/nonexistent/hetpar", "/nonexistent/python",
                            str(own)], capture_output=True, text=True, cwd=tmp_path, timeout=60)
     assert "not made by" not in done.stderr  # taken: it fails later, at the missing binary
@@ -59,10 +65,7 @@ def test_peer_bench_refuses_a_users_folder_and_takes_its_own(tmp_path):
     assert done.returncode == 2, done.stderr
     assert "holds files this benchmark did not write (first: paper_speedups.md)" in done.stderr
     assert untouched(folder)
-    own = tmp_path / "own"
-    own.mkdir()
-    (own / ".hetpar-peer-bench").write_text("")
-    (own / "peer_bench.json").write_text("an earlier run's\n")
+    own = earlier_output(tmp_path, ".hetpar-peer-bench", "peer_bench.json")
     done = subprocess.run([sys.executable, str(script), "--smoke", "--hetpar", "/nonexistent/hetpar",
                            "--out", str(own)], capture_output=True, text=True, cwd=tmp_path, timeout=60)
     # Taken: it fails later, at the missing binary.
