@@ -58,6 +58,13 @@ while (($#)); do
   esac
 done
 
+# Prebuilt binaries (also for a rehearsal) are looked for before anything is written.
+if ((PREBUILT)) && ! [[ -x "$BUILD/hetpar" && -x "$BUILD/test_gpu" ]]; then
+  echo "gpu-check: $( ((REHEARSE)) && echo --rehearse || echo --prebuilt) takes hetpar and test_gpu from --build $BUILD:" \
+    "not there (build them, or name their folder with --build)" >&2
+  exit 2
+fi
+
 # Only into a folder gpu-check made (its marker) or an empty or absent one:
 # never over a user's files.
 if [[ -e "$OUT" && ! -f "$OUT/.hetpar-gpu-check" && -n "$(ls -A "$OUT" 2>/dev/null)" ]]; then
@@ -100,7 +107,6 @@ export PATH=/usr/local/cuda/bin:$PATH
 CMAKE_ARGS=(-S . -B "$BUILD" -G Ninja -DHETPAR_PYTHON="$PY")
 [[ -n "$BUNDLE" ]] && CMAKE_ARGS+=(-DHETPAR_BUNDLE="$(cd "$BUNDLE" && pwd)")
 if ((PREBUILT)); then
-  [[ -x "$BUILD/hetpar" && -x "$BUILD/test_gpu" ]] || { echo "gpu-check: --prebuilt: no hetpar and test_gpu in $BUILD" >&2; exit 2; }
   skip build "prebuilt binaries from $BUILD"
 elif ! stage build 420 bash -c "cmake ${CMAKE_ARGS[*]} && cmake --build $BUILD -j $(nproc) --target hetpar test_gpu"; then
   "$PY" scripts/gpu_check_report.py "$OUT"

@@ -27,6 +27,14 @@ def test_without_a_gpu_it_exits_3_at_once(tmp_path):
     assert not (tmp_path / "out").exists()  # nothing written
 
 
+def test_a_rehearsal_without_binaries_says_so_and_writes_nothing(tmp_path):
+    done = subprocess.run([str(SOURCE / "scripts" / "gpu-check.sh"), "--rehearse", "--build", str(tmp_path / "none"),
+                           "--out", str(tmp_path / "out")], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "--rehearse takes hetpar and test_gpu from --build" in done.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def steps(losses, phases=None, seconds=1.0):
     return "".join(json.dumps({"step": i + 1, "loss": l, "step_seconds": seconds,
                                "phases": phases or {"llm_forward": 0.3, "llm_backward": 0.6}}) + "\n"
