@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "config/run_config.hpp"
+#include "tests/test_paths.hpp"
 
 namespace hetpar {
 
@@ -20,7 +21,7 @@ inline const std::vector<std::string> kPlanningSets = {"data.global_batch_size=8
 inline RunConfig planning_run(const std::vector<std::string>& sets = {}) {
   std::vector<std::string> all = kPlanningSets;
   all.insert(all.end(), sets.begin(), sets.end());
-  return load_run_config(HETPAR_SOURCE_DIR "/workloads/tiny.toml", all);
+  return load_run_config(source_tree_path("/workloads/tiny.toml"), all);
 }
 
 // Matmuls run at `rate` FLOP/s whatever their shape; attention, memory

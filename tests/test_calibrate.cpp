@@ -13,6 +13,7 @@
 #include <set>
 
 #include "tests/dist_harness.hpp"
+#include "tests/test_paths.hpp"
 
 namespace hetpar::test {
 namespace {
@@ -24,7 +25,7 @@ bool positive(const nlohmann::json& v) { return v.is_number() && std::isfinite(v
 TEST(Calibrate, QuickProfileHasEverySection) {
   const std::string dir = ::testing::TempDir() + "/calibrate_" + std::to_string(getpid());
   fs::remove_all(dir);
-  const auto [code, output] = run_command(std::string(HETPAR_BINARY) + " calibrate --quick --ranks 4 --out " + dir +
+  const auto [code, output] = run_command(hetpar_binary() + " calibrate --quick --ranks 4 --out " + dir +
                                           "/profile.json");
   ASSERT_EQ(code, 0) << output;
   std::ifstream in(dir + "/profile.json");
@@ -89,7 +90,7 @@ TEST(Calibrate, QuickProfileHasEverySection) {
 }
 
 TEST(Calibrate, BadOptionsAreRefusedBeforeMeasuring) {
-  const std::string bin = std::string(HETPAR_BINARY) + " calibrate --quick ";
+  const std::string bin = hetpar_binary() + " calibrate --quick ";
   const std::string dir = ::testing::TempDir() + "/calibrate_bad_" + std::to_string(getpid());
   fs::create_directories(dir);
   const std::vector<std::pair<std::string, std::string>> cases = {
@@ -98,7 +99,7 @@ TEST(Calibrate, BadOptionsAreRefusedBeforeMeasuring) {
       {"--out " + dir, "names a directory"},
       {"--out /proc/hetpar_no/p.json", "--out"},
       {"--device gpu --out " + dir + "/p.json", "--device"},
-      {"--device cpu --base " HETPAR_SOURCE_DIR "/profiles/h200_dgx.json --out " + dir + "/p.json",
+      {"--device cpu --base " + source_tree_path("/profiles/h200_dgx.json") + " --out " + dir + "/p.json",
        "only a GPU calibration"},
   };
   // Where no GPU is visible (this test's machines), asking for one is refused.

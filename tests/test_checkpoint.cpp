@@ -15,14 +15,15 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/dist_harness.hpp"
+#include "tests/test_paths.hpp"
 
 namespace hetpar::test {
 namespace {
 
 namespace fs = std::filesystem;
 
-const std::string kHetpar = HETPAR_BINARY;
-const std::string kRun = HETPAR_SOURCE_DIR "/workloads/runs/quickstart.toml";
+const std::string kHetpar = hetpar_binary();
+const std::string kRun = source_tree_path("/workloads/runs/quickstart.toml");
 const std::string kEight = " --set run.steps=8 --set run.checkpoint_every=3";  // checkpoints after steps 3 and 6
 
 // A fresh directory of this test process, removed when the process ends.
@@ -246,7 +247,7 @@ TEST(Checkpoint, ABrokenOrForeignCheckpointIsRefused) {
 // A sweep killed while a point runs picks that point up at its checkpoint.
 TEST(Checkpoint, ASweepPointKilledMidRunResumesFromItsCheckpoint) {
   const std::string out = scratch("sweep");
-  const std::string sweep = HETPAR_SOURCE_DIR "/tests/data/sweeps/two_points.toml";
+  const std::string sweep = source_tree_path("/tests/data/sweeps/two_points.toml");
   const std::string sets = " --set run.steps=40 --set run.checkpoint_every=5 --no-plots --out " + out;
   const pid_t pid = fork();
   ASSERT_GE(pid, 0);

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "checkpoint/checkpoint_manifest.hpp"
+#include "tests/test_paths.hpp"
 
 namespace hetpar {
 namespace {
@@ -96,7 +97,7 @@ TEST(CheckpointManifest, DamageIsNamed) {
 }
 
 TEST(CheckpointManifest, AResumedRunMayChangeTheLayoutButNotTheModel) {
-  const std::string run = std::string(HETPAR_SOURCE_DIR) + "/workloads/runs/quickstart.toml";
+  const std::string run = source_tree_path("/workloads/runs/quickstart.toml");
   const RunConfig saved = load_run_config(run, {});
   EXPECT_NO_THROW(check_resumable(saved, load_run_config(run, {"layout.placement=uniform", "layout.encoder.dp=1",
                                                                 "layout.llm.tp=1", "data.micro_batch_size=1",

@@ -12,12 +12,13 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/dist_harness.hpp"
+#include "tests/test_paths.hpp"
 
 namespace hetpar::test {
 namespace {
 
-const std::string kHetpar = HETPAR_BINARY;
-const std::string kQuickstart = HETPAR_SOURCE_DIR "/workloads/runs/quickstart.toml";
+const std::string kHetpar = hetpar_binary();
+const std::string kQuickstart = source_tree_path("/workloads/runs/quickstart.toml");
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
@@ -111,7 +112,8 @@ TEST(Cli, SequenceParallelAtTp1IsANoOpItSays) {
   const std::string dir = ::testing::TempDir() + "/cli_sp_tp1";
   std::filesystem::remove_all(dir);
   const auto [code, out] =
-      run_command(kHetpar + " train " HETPAR_SOURCE_DIR "/workloads/tiny.toml --set run.steps=1 --set layout.llm.sp=true --out " + dir);
+      run_command(kHetpar + " train " + source_tree_path("/workloads/tiny.toml") +
+                  " --set run.steps=1 --set layout.llm.sp=true --out " + dir);
   ASSERT_EQ(code, 0) << out;
   EXPECT_TRUE(contains(out, "warning: layout.llm.sp has no effect at layout.llm.tp = 1")) << out;
   std::ifstream summary(dir + "/summary.json");
@@ -188,7 +190,7 @@ TEST(Cli, SlurmVariablesWithRankZeroHostingTheStore) {
 
 // torchrun from the pinned wheel's venv, with its agent store.
 TEST(Cli, TorchrunNoPython) {
-  const std::string torchrun = std::string(HETPAR_TORCHRUN);
+  const std::string torchrun = torchrun_binary();
   ASSERT_TRUE(std::filesystem::exists(torchrun)) << "the torch venv has no " << torchrun;
   const std::string dir = ::testing::TempDir() + "/cli_torchrun_" + std::to_string(getpid());
   std::filesystem::remove_all(dir);
@@ -211,9 +213,9 @@ namespace {
 TEST(Cli, PlanWritesItsFilesAndRefusesBadInput) {
   const std::string dir = ::testing::TempDir() + "/plan_cli_" + std::to_string(getpid());
   std::filesystem::remove_all(dir);
-  const std::string tiny = std::string(HETPAR_SOURCE_DIR) + "/workloads/tiny.toml";
-  const std::string h100 = std::string(HETPAR_SOURCE_DIR) + "/profiles/h100_dgx.json";
-  const std::string plan = std::string(HETPAR_BINARY) + " plan " + tiny + " ";
+  const std::string tiny = source_tree_path("/workloads/tiny.toml");
+  const std::string h100 = source_tree_path("/profiles/h100_dgx.json");
+  const std::string plan = hetpar_binary() + " plan " + tiny + " ";
   auto [code, out] = run_command(plan + "--devices 4 --profile " + h100 + " --top 3 --label llm=tiny --out " + dir);
   ASSERT_EQ(code, 0) << out;
   EXPECT_NE(out.find("best   uniform"), std::string::npos) << out;
@@ -243,7 +245,7 @@ TEST(Cli, PlanWritesItsFilesAndRefusesBadInput) {
     EXPECT_EQ(code, 2) << args << "\n" << out;
     EXPECT_NE(out.find(says), std::string::npos) << args << "\n" << out;
   }
-  std::tie(code, out) = run_command(std::string(HETPAR_BINARY) + " plan " + dir + "/missing.toml --devices 4");
+  std::tie(code, out) = run_command(hetpar_binary() + " plan " + dir + "/missing.toml --devices 4");
   EXPECT_EQ(code, 2) << out;
   // An earlier plan's files are replaced; a folder holding someone else's sweep.toml is refused, the file untouched.
   std::tie(code, out) = run_command(plan + "--devices 2 --profile " + h100 + " --out " + dir);

@@ -9,17 +9,14 @@
 #include "config/run_config.hpp"
 #include "config/run_schema.hpp"
 #include "config/toml_document.hpp"
-
-#ifndef HETPAR_TEST_DATA
-#define HETPAR_TEST_DATA "tests/data"
-#endif
+#include "tests/test_paths.hpp"
 
 namespace hetpar {
 namespace {
 
 namespace fs = std::filesystem;
 
-const std::string kData = HETPAR_TEST_DATA;
+const std::string kData = test_data_path();
 
 // A fresh directory for files a test writes; removed with everything in it.
 class ScratchDir {

@@ -13,6 +13,7 @@
 
 #include "tests/dist_harness.hpp"
 #include "util/exit_codes.hpp"
+#include "tests/test_paths.hpp"
 
 namespace hetpar::test {
 namespace {
@@ -130,8 +131,8 @@ TEST(Failures, TrainCommandReportsTheLostRank) {
   const std::string out = ::testing::TempDir() + "/fault_run_" + std::to_string(getpid());
   std::filesystem::remove_all(out);
   const auto [code, output] = run_command(
-      "HETPAR_FAULT=1:2 " HETPAR_BINARY " train " HETPAR_SOURCE_DIR
-      "/workloads/runs/quickstart.toml --set runtime.timeout_s=4 --set run.steps=5 --out " + out);
+      "HETPAR_FAULT=1:2 " + hetpar_binary() + " train " + source_tree_path("/workloads/runs/quickstart.toml") +
+      " --set runtime.timeout_s=4 --set run.steps=5 --out " + out);
   EXPECT_NE(code, 0) << output;
   EXPECT_NE(output.find("rank 1 failed first with exit code 3"), std::string::npos) << output;
 }
@@ -141,11 +142,12 @@ TEST(Failures, TrainCommandReportsTheLostRank) {
 TEST(Failures, NoRankOutlivesAKilledLauncher) {
   const std::string out = ::testing::TempDir() + "/orphan_run_" + std::to_string(getpid());
   std::filesystem::remove_all(out);
+  const std::string hetpar = hetpar_binary(), run = source_tree_path("/workloads/runs/quickstart.toml");
   const pid_t launcher = fork();
   ASSERT_GE(launcher, 0);
   if (launcher == 0) {
-    execl(HETPAR_BINARY, HETPAR_BINARY, "train", HETPAR_SOURCE_DIR "/workloads/runs/quickstart.toml",
-          "--set", "run.steps=1000000", "--out", out.c_str(), static_cast<char*>(nullptr));
+    execl(hetpar.c_str(), hetpar.c_str(), "train", run.c_str(), "--set", "run.steps=1000000", "--out", out.c_str(),
+          static_cast<char*>(nullptr));
     _exit(127);
   }
   std::vector<pid_t> ranks;

@@ -22,12 +22,13 @@
 #include "io/safetensors.hpp"
 #include "metrics/model_flops.hpp"
 #include "tests/dist_harness.hpp"
+#include "tests/test_paths.hpp"
 
 namespace hetpar::test {
 namespace {
 
-const std::string kHetpar = HETPAR_BINARY;
-const std::string kTiny = HETPAR_SOURCE_DIR "/workloads/tiny.toml";
+const std::string kHetpar = hetpar_binary();
+const std::string kTiny = source_tree_path("/workloads/tiny.toml");
 
 std::string fresh_dir(const std::string& tag) {
   const std::string dir = ::testing::TempDir() + "/file_dataset_" + tag + "_" + std::to_string(getpid());
@@ -381,8 +382,9 @@ TEST(TrainingOnFiles, BadDataSettingsExitTwoBeforeAnyRankStarts) {
 // hetpar plan says what it plans for: the files' mean, and their fullest sample where they count it.
 TEST(TrainingOnFiles, PlanLogsTheFilesImagesASample) {
   RunConfig c = tiny_config(4);
-  const std::string plan = kHetpar + " plan " + kTiny + " --devices 4 --profile " HETPAR_SOURCE_DIR
-                           "/profiles/h100_dgx.json --set data.global_batch_size=4 --set data.images_min=0 "
+  const std::string plan = kHetpar + " plan " + kTiny + " --devices 4 --profile " +
+                           source_tree_path("/profiles/h100_dgx.json") +
+                           " --set data.global_batch_size=4 --set data.images_min=0 "
                            "--set data.images_max=2 --out ";
   auto [code, out] = run_command(plan + fresh_dir("plan_counted") + "/plan --set data.files=" +
                                  numbered_dataset("plan_counted_files", c, /*counted=*/true));

@@ -12,6 +12,7 @@
 #include "train/forward_only_loss.hpp"
 #include "train/job_setup.hpp"
 #include "train/step_schedule.hpp"
+#include "tests/test_paths.hpp"
 
 namespace hetpar::test {
 namespace {
@@ -20,7 +21,7 @@ HETPAR_WORKER(forward_only_step) {
   std::vector<std::string> sets;
   std::istringstream words(std::getenv("TEST_SETS"));
   for (std::string set; words >> set;) sets.push_back(set);
-  const RunConfig config = load_run_config(HETPAR_SOURCE_DIR "/workloads/tiny.toml", sets);
+  const RunConfig config = load_run_config(source_tree_path("/workloads/tiny.toml"), sets);
   require(install_cpu_tensor_counter(), "the CPU tensor counter is not installed");
   JobGroups groups(rt, config.placement);
   const std::unique_ptr<MultimodalModel> model = rank_model(config, groups, at::kCPU);

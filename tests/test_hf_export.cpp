@@ -22,14 +22,15 @@
 #include "interop/hf_model_config.hpp"
 #include "io/safetensors.hpp"
 #include "tests/dist_harness.hpp"
+#include "tests/test_paths.hpp"
 
 namespace hetpar::test {
 namespace {
 
 namespace fs = std::filesystem;
 
-const std::string kHetpar = HETPAR_BINARY;
-const std::string kTiny = HETPAR_SOURCE_DIR "/workloads/tiny.toml";
+const std::string kHetpar = hetpar_binary();
+const std::string kTiny = source_tree_path("/workloads/tiny.toml");
 // One step that leaves the weights as loaded (to far below any tensor's scale).
 const std::string kStill = " --set run.steps=1 --set optim.lr=1e-30 --set optim.min_lr=0";
 

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "tests/dist_harness.hpp"
+#include "tests/test_paths.hpp"
 
 namespace hetpar::test {
 namespace {
@@ -88,12 +89,13 @@ std::vector<pid_t> with_children(pid_t pid) {
 }
 
 pid_t start_train(const std::vector<std::string>& extra_env, const std::string& out) {
+  const std::string hetpar = hetpar_binary(), run = source_tree_path("/workloads/runs/quickstart.toml");
   const pid_t pid = fork();
   if (pid == 0) {
     for (const std::string& kv : extra_env) putenv(const_cast<char*>(kv.c_str()));
     freopen("/dev/null", "w", stdout);
-    execl(HETPAR_BINARY, HETPAR_BINARY, "train", HETPAR_SOURCE_DIR "/workloads/runs/quickstart.toml", "--set",
-          "run.steps=1000000", "--out", out.c_str(), static_cast<char*>(nullptr));
+    execl(hetpar.c_str(), hetpar.c_str(), "train", run.c_str(), "--set", "run.steps=1000000", "--out", out.c_str(),
+          static_cast<char*>(nullptr));
     _exit(127);
   }
   return pid;

@@ -20,6 +20,7 @@
 #include "model/attention.hpp"
 #include "plan/memory_model.hpp"
 #include "tests/dist_harness.hpp"
+#include "tests/test_paths.hpp"
 
 namespace hetpar::test {
 namespace {
@@ -43,7 +44,7 @@ constexpr double kTensorBound = 0.05;
 // model") and the runtime's buffers beyond the smallest run's.
 constexpr double kRssBound = 0.15;
 
-const std::string kTiny = HETPAR_SOURCE_DIR "/workloads/tiny.toml";
+const std::string kTiny = source_tree_path("/workloads/tiny.toml");
 
 const std::vector<std::string> kLarger = {
     "llm.hidden=512",   "llm.heads=8",    "llm.kv_heads=4",           "llm.ffn_hidden=1536",
@@ -55,7 +56,7 @@ double measured_peak(const std::string& tag, const std::vector<std::string>& set
   const std::string dir = ::testing::TempDir() + "/memory_" + tag + "_" + std::to_string(getpid());
   std::filesystem::remove_all(dir);
   std::string command =
-      std::string(HETPAR_BINARY) + " train " + kTiny + " --set run.steps=" + std::to_string(steps) + " --out " + dir;
+      hetpar_binary() + " train " + kTiny + " --set run.steps=" + std::to_string(steps) + " --out " + dir;
   for (const std::string& s : sets) command += " --set '" + s + "'";
   const auto [code, out] = run_command(command);
   EXPECT_EQ(code, 0) << out;

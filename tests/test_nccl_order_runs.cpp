@@ -8,6 +8,7 @@
 
 #include "dist/nccl_order_check.hpp"
 #include "tests/dist_harness.hpp"
+#include "tests/test_paths.hpp"
 
 namespace hetpar::test {
 namespace {
@@ -23,8 +24,9 @@ class NcclOrder : public ::testing::TestWithParam<TraceCase> {};
 TEST_P(NcclOrder, TheTraceHasNoMismatchAndNoDeadlock) {
   const std::string dir = ::testing::TempDir() + "/nccl_order_" + GetParam().name + "_" + std::to_string(getpid());
   std::filesystem::remove_all(dir);
-  const auto [code, out] = run_command("HETPAR_COMM_TRACE=" + dir + "/trace " + HETPAR_BINARY + " train " HETPAR_SOURCE_DIR
-                                       "/workloads/tiny.toml --set run.steps=2 --set data.global_batch_size=4 " +
+  const auto [code, out] = run_command("HETPAR_COMM_TRACE=" + dir + "/trace " + hetpar_binary() + " train " +
+                                       source_tree_path("/workloads/tiny.toml") +
+                                       " --set run.steps=2 --set data.global_batch_size=4 " +
                                        GetParam().sets + " --out " + dir + "/run");
   ASSERT_EQ(code, 0) << out;
   const OrderCheck check = check_nccl_order(read_trace_dir(dir + "/trace"));

@@ -11,6 +11,7 @@
 #include "plan/op_times.hpp"
 #include "plan/profile.hpp"
 #include "tests/plan_fixtures.hpp"
+#include "tests/test_paths.hpp"
 
 namespace hetpar {
 namespace {
@@ -84,14 +85,14 @@ TEST(Profile, BadProfilesAreRefusedNamingTheProblem) {
 // Q, K and V 2*64*(64+2*32), the output 2*64*64, the MLP 3*2*64*192:
 // 98304 FLOPs; the head 2*64*512.
 TEST(OpTimes, TheLlmForwardIsItsMatmulFlopsAtTheRate) {
-  const RunConfig c = load_run_config(HETPAR_SOURCE_DIR "/workloads/tiny.toml", {});
+  const RunConfig c = load_run_config(source_tree_path("/workloads/tiny.toml"), {});
   const OpTimes t = op_times(c, Profile::from_json(flat_profile(1e9, 2), "flat"));
   const double flops = 256.0 * (2 * 98304 + 2 * 64 * 512);
   ASSERT_EQ(t.llm_forward.size(), 1u);
   EXPECT_NEAR(t.llm_forward[0], flops / 1e9, 1e-6 * flops / 1e9);
   EXPECT_NEAR(t.llm_backward[0], 2 * flops / 1e9, 1e-6 * flops / 1e9);
   // Under TP2 each rank does half the matmuls.
-  const RunConfig tp2 = load_run_config(HETPAR_SOURCE_DIR "/workloads/tiny.toml", {"layout.llm.tp=2"});
+  const RunConfig tp2 = load_run_config(source_tree_path("/workloads/tiny.toml"), {"layout.llm.tp=2"});
   EXPECT_NEAR(op_times(tp2, Profile::from_json(flat_profile(1e9, 2), "flat")).llm_forward[0], flops / 2e9, 1e-6 * flops / 1e9);
 }
 
@@ -122,7 +123,7 @@ TEST(OpTimes, TheLlmElementwiseWorkIsTheLayerCodesOps) {
   const double logits = 4 * tokens * 512, loss_forward = 4 * logits, loss_backward = 5 * logits;
   const double table = 512 * 64;  // the head's weights, and the embedding's
   const double embedding_grad = 4 * table / 4 + 12 * tokens * 64;
-  const OpTimes t = op_times(load_run_config(HETPAR_SOURCE_DIR "/workloads/tiny.toml", {}), p);
+  const OpTimes t = op_times(load_run_config(source_tree_path("/workloads/tiny.toml"), {}), p);
   // fp32: q, k, v and gate, up as separate GEMMs, their three input gradients summed backward.
   const double input_gradient_sums = 3 * 3 * 64;
   EXPECT_NEAR(t.llm_forward[0], (2 * tokens * bytes * layer_forward + loss_forward) / 1e9, 1e-10);
@@ -130,7 +131,7 @@ TEST(OpTimes, TheLlmElementwiseWorkIsTheLayerCodesOps) {
               (2 * (tokens * bytes * (2 * layer_forward - rope + input_gradient_sums) + 12 * 49152) + loss_backward +
                12 * table + embedding_grad) / 1e9,
               1e-10);
-  const OpTimes tp2 = op_times(load_run_config(HETPAR_SOURCE_DIR "/workloads/tiny.toml", {"layout.llm.tp=2"}), p);
+  const OpTimes tp2 = op_times(load_run_config(source_tree_path("/workloads/tiny.toml"), {"layout.llm.tp=2"}), p);
   const double shard_forward = 2 * 3 * 64 + (3 * 192 + 5 * 96) / 2.0 + 2 * 2 * 64;
   EXPECT_NEAR(tp2.llm_forward[0], (2 * tokens * bytes * shard_forward + 8 * logits / 2) / 1e9, 1e-10);
   // Sequence parallel: the residual adds on half the tokens, no all-reduce
@@ -138,7 +139,7 @@ TEST(OpTimes, TheLlmElementwiseWorkIsTheLayerCodesOps) {
   // collectives' inputs and outputs moved sequence first (a whole 64 and a
   // part of 32 values, read and written).
   const OpTimes sp = op_times(
-      load_run_config(HETPAR_SOURCE_DIR "/workloads/tiny.toml", {"layout.llm.tp=2", "layout.llm.sp=true"}), p);
+      load_run_config(source_tree_path("/workloads/tiny.toml"), {"layout.llm.tp=2", "layout.llm.sp=true"}), p);
   const double split_forward = 2 * 3 * 64 / 2.0 + (3 * 192 + 5 * 96) / 2.0 + 4 * 2 * (64 + 32);
   EXPECT_NEAR(sp.llm_forward[0], (2 * tokens * bytes * split_forward + 8 * logits / 2) / 1e9, 1e-10);
 
@@ -150,7 +151,7 @@ TEST(OpTimes, TheLlmElementwiseWorkIsTheLayerCodesOps) {
   // the fused projection (read and written: 2 x 32 values a token).
   j["element_bytes"] = 2;
   const double v_copy = 2 * 32;
-  const RunConfig c = load_run_config(HETPAR_SOURCE_DIR "/workloads/tiny.toml", {});
+  const RunConfig c = load_run_config(source_tree_path("/workloads/tiny.toml"), {});
   ASSERT_EQ(micro_batches_per_step(c), 4);
   const OpTimes bf16 = op_times(c, Profile::from_json(j, "bf16 adds only"));
   EXPECT_NEAR(bf16.llm_forward[0],
@@ -168,7 +169,7 @@ TEST(OpTimes, TheLlmElementwiseWorkIsTheLayerCodesOps) {
 // shape gives the ratio alone.
 TEST(OpTimes, CalibratedLayersSetALayersCompute) {
   json j = flat_profile(1e9, 2);
-  const RunConfig c = load_run_config(HETPAR_SOURCE_DIR "/workloads/tiny.toml", {});
+  const RunConfig c = load_run_config(source_tree_path("/workloads/tiny.toml"), {});
   const double layer = 256.0 * 98304 / 1e9, head = 256.0 * 2 * 64 * 512 / 1e9;
   // The same layer at hidden 128 (heads of 32, SwiGLU 384): 4x the FLOPs a token.
   const double wide = 256.0 * 2 * (128 * (128 + 2 * 64) + 128 * 128 + 3 * 128 * 384) / 1e9;
@@ -183,7 +184,7 @@ TEST(OpTimes, CalibratedLayersSetALayersCompute) {
   EXPECT_NEAR(fitted.llm_forward[0], 2 * (2e-3 + 1.5 * layer) + head, 1e-9);
   EXPECT_NEAR(fitted.llm_backward[0], 2 * (3e-3 + 1.25 * 2 * layer) + 2 * head, 1e-9);
   // TP2 halves the primitives, not the fixed part.
-  const RunConfig tp2 = load_run_config(HETPAR_SOURCE_DIR "/workloads/tiny.toml", {"layout.llm.tp=2"});
+  const RunConfig tp2 = load_run_config(source_tree_path("/workloads/tiny.toml"), {"layout.llm.tp=2"});
   EXPECT_NEAR(op_times(tp2, Profile::from_json(j, "two layers")).llm_forward[0],
               2 * (2e-3 + 1.5 * layer / 2) + head / 2, 1e-9);
   j["layers"] = {entry(128, 384, 2 * wide, 3 * wide)};
@@ -208,16 +209,16 @@ TEST(OpTimes, ACollectiveWaitsForTheRanksDriftOverTheComputeBeforeIt) {
   EXPECT_EQ(aligned.collective_skew_seconds(2, 6e-3), 0);
   // TP2: each layer's two all-reduces follow half its compute each way
   // (the layer's GEMMs at TP1 take `layer` forward, twice that backward).
-  const RunConfig tp2 = load_run_config(HETPAR_SOURCE_DIR "/workloads/tiny.toml", {"layout.llm.tp=2"});
+  const RunConfig tp2 = load_run_config(source_tree_path("/workloads/tiny.toml"), {"layout.llm.tp=2"});
   const double layer = 256.0 * 98304 / 1e9;
   const OpTimes base = op_times(tp2, aligned), drift = op_times(tp2, drifting);
   EXPECT_NEAR(drift.llm_forward[0] - base.llm_forward[0], 2 * 2 * 0.2 * (layer / 2 / 2 - 1e-3), 1e-9);
   EXPECT_NEAR(drift.llm_backward[0] - base.llm_backward[0], 2 * 2 * 0.2 * (2 * layer / 2 / 2 - 1e-3), 1e-9);
-  const RunConfig tp1 = load_run_config(HETPAR_SOURCE_DIR "/workloads/tiny.toml", {});
+  const RunConfig tp1 = load_run_config(source_tree_path("/workloads/tiny.toml"), {});
   EXPECT_EQ(op_times(tp1, drifting).llm_forward, op_times(tp1, aligned).llm_forward);  // no collective in a layer
   // Colocated without LLM TP: the forward's exchange after the encoder's
   // share, the backward's after the LLM's micro-batch.
-  const RunConfig colocated = load_run_config(HETPAR_SOURCE_DIR "/workloads/tiny.toml",
+  const RunConfig colocated = load_run_config(source_tree_path("/workloads/tiny.toml"),
                                               {"layout.placement=colocated", "layout.encoder.dp=2", "layout.llm.dp=2"});
   const OpTimes apart = op_times(colocated, drifting), together = op_times(colocated, aligned);
   EXPECT_NEAR(apart.boundary_forward - together.boundary_forward,
@@ -240,7 +241,7 @@ TEST(OpTimes, TheLastBackwardHidesTheGradientSumsOnADevice) {
   const std::vector<std::string> dp2 = {"layout.llm.dp=2", "data.micro_batch_size=1", "runtime.grad_bucket_mib=0.01"};
   const auto with = [&](std::vector<std::string> sets, const char* more) {
     sets.push_back(more);
-    return load_run_config(HETPAR_SOURCE_DIR "/workloads/tiny.toml", sets);
+    return load_run_config(source_tree_path("/workloads/tiny.toml"), sets);
   };
   const RunConfig on = with(dp2, "runtime.overlap_grad_reduce=true");
   const RunConfig off = with(dp2, "runtime.overlap_grad_reduce=false");
@@ -266,7 +267,7 @@ TEST(OpTimes, ShardedStateHalvesTheUpdateAndGathersAfterIt) {
   const auto with = [&](const char* more) {
     std::vector<std::string> sets = dp2;
     sets.push_back(more);
-    return load_run_config(HETPAR_SOURCE_DIR "/workloads/tiny.toml", sets);
+    return load_run_config(source_tree_path("/workloads/tiny.toml"), sets);
   };
   const RunConfig sharded = with("optim.shard_state=true"), whole = with("optim.shard_state=false");
   json slow_update = flat_profile(1e9, 0);
@@ -286,7 +287,7 @@ TEST(OpTimes, ShardedStateHalvesTheUpdateAndGathersAfterIt) {
 // ranks sum as much as two DP ranks.
 TEST(OpTimes, UniformContextParallelismSumsTheEncodersGradientsToo) {
   const auto with = [](const char* layout) {
-    return load_run_config(HETPAR_SOURCE_DIR "/workloads/tiny.toml",
+    return load_run_config(source_tree_path("/workloads/tiny.toml"),
                            {layout, "data.micro_batch_size=1", "runtime.overlap_grad_reduce=false"});
   };
   json slow_sums = flat_profile(1e9, 0);
@@ -304,7 +305,7 @@ TEST(OpTimes, UniformContextParallelismSumsTheEncodersGradientsToo) {
 // of two (run.recompute_layers = 1) adds half as much.
 TEST(OpTimes, RecomputeAddsEachLayersForwardToItsBackward) {
   const auto with = [](const char* recompute, const char* layers = "run.recompute_layers=0") {
-    return load_run_config(HETPAR_SOURCE_DIR "/workloads/tiny.toml",
+    return load_run_config(source_tree_path("/workloads/tiny.toml"),
                            {"layout.llm.tp=2", "llm.vocab_size=16", recompute, layers});
   };
   const Profile profile = Profile::from_json(flat_profile(1e9, 0), "flat");
@@ -336,7 +337,7 @@ TEST(OpTimes, RecomputeAddsEachLayersForwardToItsBackward) {
 
 TEST(OpTimes, MoreRanksThanCoresTakeTheCoresTimeForEveryonesCompute) {
   // DP4, every rank equally busy: on 4 cores the schedule's time, on 2 twice it.
-  const RunConfig dp4 = load_run_config(HETPAR_SOURCE_DIR "/workloads/tiny.toml",
+  const RunConfig dp4 = load_run_config(source_tree_path("/workloads/tiny.toml"),
                                         {"layout.llm.dp=4", "data.micro_batch_size=1"});
   const Profile four = Profile::from_json(flat_profile(1e9, 4), "4 cores");
   const Profile two = Profile::from_json(flat_profile(1e9, 2), "2 cores");
@@ -356,7 +357,7 @@ TEST(OpTimes, MoreRanksThanCoresTakeTheCoresTimeForEveryonesCompute) {
   // The critical rank's ops too: four pipeline stages, the first with a
   // large encoder, wait for it rather than for the cores, and take 1/0.8 as
   // long at 80 %.
-  const RunConfig pp4 = load_run_config(HETPAR_SOURCE_DIR "/workloads/tiny.toml",
+  const RunConfig pp4 = load_run_config(source_tree_path("/workloads/tiny.toml"),
                                         {"layout.llm.pp=4", "llm.layers=4", "encoder.hidden=256", "encoder.layers=8"});
   const StepPrediction whole = predict_step(pp4, two);
   ASSERT_EQ(whole.phases.core_wait, 0) << "the pipeline, not the cores, must set this step";

@@ -18,11 +18,12 @@
 #include "plan/planner.hpp"
 #include "sweep/sweep_spec.hpp"
 #include "tests/plan_fixtures.hpp"
+#include "tests/test_paths.hpp"
 
 namespace hetpar {
 namespace {
 
-const std::string kTiny = HETPAR_SOURCE_DIR "/workloads/tiny.toml";
+const std::string kTiny = source_tree_path("/workloads/tiny.toml");
 
 RunConfig tiny(const std::vector<std::string>& sets = {}) { return planning_run(sets); }
 
@@ -148,7 +149,7 @@ TEST(Planner, RanksByPredictedThroughputBesideTheBestUniform) {
 
 // Skipping candidates by their lower bound must not change the answer.
 TEST(Planner, PruningByTheLowerBoundFindsWhatSimulatingEveryCandidateFinds) {
-  const Profile gpu = Profile::load(HETPAR_SOURCE_DIR "/profiles/h100_dgx.json");
+  const Profile gpu = Profile::load(source_tree_path("/profiles/h100_dgx.json"));
   const Profile cpu = Profile::from_json(flat_profile(1e9, 2), "flat");
   for (const Profile* profile : {&gpu, &cpu}) {
     for (int devices : {4, 6, 8}) {
@@ -192,7 +193,7 @@ TEST(Planner, SearchesTheLlmsSequenceParallelismBothWays) {
   EXPECT_LT(split, static_cast<int64_t>(searched.size()));
 
   // The GPU profile prices SP's collectives and memory differently from TP's.
-  const Profile gpu = Profile::load(HETPAR_SOURCE_DIR "/profiles/h100_dgx.json");
+  const Profile gpu = Profile::load(source_tree_path("/profiles/h100_dgx.json"));
   PlanOptions options;
   options.devices = 8;
   options.top = 3;

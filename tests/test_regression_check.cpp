@@ -11,6 +11,7 @@
 
 #include "tests/crafted_results.hpp"
 #include "tests/dist_harness.hpp"
+#include "tests/test_paths.hpp"
 
 namespace hetpar::test {
 namespace {
@@ -43,7 +44,7 @@ Sweeps write_sweeps(const std::string& name, const std::vector<double>& old_toke
 }
 
 std::pair<int, std::string> compare(const Sweeps& s, const std::string& extra = "") {
-  return run_command(std::string(HETPAR_BINARY) + " compare --results " + s.old_dir + " " + s.new_dir + extra);
+  return run_command(hetpar_binary() + " compare --results " + s.old_dir + " " + s.new_dir + extra);
 }
 
 TEST(RegressionCheck, NoiseBeyondTheThresholdIsNoRegression) {
@@ -93,8 +94,8 @@ TEST(RegressionCheck, WithoutItsRunsAPointIsJudgedOnItsMedians) {
 TEST(RegressionCheck, RepeatsOfARealSweep) {
   const std::string out = ::testing::TempDir() + "/repeat_sweep_" + std::to_string(getpid());
   fs::remove_all(out);
-  const std::string sweep = std::string(HETPAR_BINARY) + " sweep " + HETPAR_SOURCE_DIR +
-                            "/tests/data/sweeps/two_points.toml --no-plots --set run.steps=4 --out " + out;
+  const std::string sweep = hetpar_binary() + " sweep " + test_data_path("/sweeps/two_points.toml") +
+                            " --no-plots --set run.steps=4 --out " + out;
   auto [code, output] = run_command(sweep);
   ASSERT_EQ(code, 0) << output;
   EXPECT_NE(output.find("ran once here: the speed-ups above are single measurements"), std::string::npos) << output;
@@ -119,7 +120,7 @@ TEST(RegressionCheck, RepeatsOfARealSweep) {
   EXPECT_NE(output.find(": non-colocated over colocated |"), std::string::npos) << output;
   EXPECT_NE(output.find("| 2 / 2 |"), std::string::npos) << output;
 
-  std::tie(code, output) = run_command(std::string(HETPAR_BINARY) + " compare --results " + out + " " + out);
+  std::tie(code, output) = run_command(hetpar_binary() + " compare --results " + out + " " + out);
   EXPECT_EQ(code, 0) << output;
   EXPECT_NE(output.find("3 points compared, 0 regressed"), std::string::npos) << output;
   EXPECT_NE(output.find("repeats pooled: up to 2 runs a point in OLD, 2 in NEW"), std::string::npos) << output;

@@ -27,6 +27,7 @@
 #include "util/durable_file.hpp"
 #include "util/output_dir.hpp"
 #include "util/plain_name.hpp"
+#include "tests/test_paths.hpp"
 
 namespace hetpar {
 namespace {
@@ -377,7 +378,7 @@ TEST(ReadResults, ATornLineInTheMiddleIsStillAnError) {
 // ---- what one machine can host --------------------------------------------------
 
 RunConfig tiny_config(const std::vector<std::string>& overrides) {
-  return load_run_config(std::string(HETPAR_SOURCE_DIR) + "/workloads/runs/quickstart.toml", overrides);
+  return load_run_config(source_tree_path("/workloads/runs/quickstart.toml"), overrides);
 }
 
 TEST(LocalLimits, AMistypedLayoutIsRefusedBeforeAnythingStarts) {

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/dist_harness.hpp"
+#include "tests/test_paths.hpp"
 
 namespace hetpar::test {
 namespace {
@@ -26,8 +27,8 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-const std::string kHetpar = HETPAR_BINARY;
-const std::string kQuickstart = HETPAR_SOURCE_DIR "/workloads/runs/quickstart.toml";
+const std::string kHetpar = hetpar_binary();
+const std::string kQuickstart = source_tree_path("/workloads/runs/quickstart.toml");
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
@@ -247,7 +248,8 @@ TEST(Safety, SweepFreshNeverEmptiesAUsersDirectory) {
   const std::string dir = scratch("users_dir");
   fs::create_directories(dir);
   std::ofstream(dir + "/thesis.tex") << "precious";
-  const auto [code, out] = run_command(kHetpar + " sweep " HETPAR_SOURCE_DIR "/tests/data/sweeps/two_points.toml --fresh --out " + dir);
+  const auto [code, out] =
+      run_command(kHetpar + " sweep " + test_data_path("/sweeps/two_points.toml") + " --fresh --out " + dir);
   EXPECT_EQ(code, 2) << out;
   EXPECT_TRUE(contains(out, "was not made by hetpar sweep")) << out;
   EXPECT_EQ(text_of(dir + "/thesis.tex"), "precious");
@@ -263,7 +265,8 @@ TEST(Safety, OneSweepPerDirectory) {
   const std::string marker = "hetpar sweep directory\npid " + std::to_string(getpid()) + "\n";
   ASSERT_EQ(write(fd, marker.data(), marker.size()), static_cast<ssize_t>(marker.size()));
   ASSERT_EQ(flock(fd, LOCK_EX | LOCK_NB), 0);
-  const auto [code, out] = run_command(kHetpar + " sweep " HETPAR_SOURCE_DIR "/tests/data/sweeps/two_points.toml --out " + dir);
+  const auto [code, out] =
+      run_command(kHetpar + " sweep " + test_data_path("/sweeps/two_points.toml") + " --out " + dir);
   close(fd);
   EXPECT_EQ(code, 2) << out;
   EXPECT_TRUE(contains(out, "another sweep (pid " + std::to_string(getpid()) + ")")) << out;

@@ -7,13 +7,14 @@
 #include "config/run_config.hpp"
 #include "parallel/pipeline_schedule.hpp"
 #include "plan/step_model.hpp"
+#include "tests/test_paths.hpp"
 
 namespace hetpar {
 namespace {
 
 // The tiny workload: 2 encoder and 2 LLM layers, a global batch of 8.
 RunConfig config_of(const std::vector<std::string>& sets) {
-  return load_run_config(HETPAR_SOURCE_DIR "/workloads/tiny.toml", sets);
+  return load_run_config(source_tree_path("/workloads/tiny.toml"), sets);
 }
 
 OpTimes times(int encoder_stages, double e_f, double e_b, int llm_stages, double f, double b) {

@@ -17,12 +17,13 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/dist_harness.hpp"
+#include "tests/test_paths.hpp"
 
 namespace hetpar::test {
 namespace {
 
 namespace fs = std::filesystem;
-const std::string kSweeps = std::string(HETPAR_SOURCE_DIR) + "/tests/data/sweeps";
+const std::string kSweeps = source_tree_path("/tests/data/sweeps");
 
 std::string fresh_dir(const std::string& name) {
   const std::string dir = ::testing::TempDir() + "/" + name + "_" + std::to_string(getpid());
@@ -50,7 +51,7 @@ int processes_mentioning(const std::string& needle) {
 
 TEST(Sweep, RunsResumesAfterAKillAndWritesEverything) {
   const std::string out = fresh_dir("sweep_e2e");
-  const std::string sweep = kSweeps + "/two_points.toml";
+  const std::string sweep = kSweeps + "/two_points.toml", hetpar = hetpar_binary();
   // Start the sweep and kill it (SIGKILL: no clean-up) once its first run is recorded.
   const pid_t pid = fork();
   ASSERT_GE(pid, 0);
@@ -58,7 +59,7 @@ TEST(Sweep, RunsResumesAfterAKillAndWritesEverything) {
     const std::string log = ::testing::TempDir() + "/sweep_e2e_first_" + std::to_string(getpid()) + ".log";
     freopen(log.c_str(), "w", stdout);
     freopen(log.c_str(), "a", stderr);
-    execl(HETPAR_BINARY, HETPAR_BINARY, "sweep", sweep.c_str(), "--out", out.c_str(), "--no-plots", "--set",
+    execl(hetpar.c_str(), hetpar.c_str(), "sweep", sweep.c_str(), "--out", out.c_str(), "--no-plots", "--set",
           "run.eval_every=3", nullptr);
     _exit(127);
   }
@@ -78,7 +79,7 @@ TEST(Sweep, RunsResumesAfterAKillAndWritesEverything) {
 
   // Held-out losses after each run's last step (of 3), compared with the baseline's.
   const auto [code, output] =
-      run_command(std::string(HETPAR_BINARY) + " sweep " + sweep + " --out " + out + " --set run.eval_every=3");
+      run_command(hetpar_binary() + " sweep " + sweep + " --out " + out + " --set run.eval_every=3");
   ASSERT_EQ(code, 0) << output;
   EXPECT_NE(output.find("resuming: 1 runs already finished"), std::string::npos) << output;
   const std::vector<std::string> after = lines_of(out + "/results.jsonl");
@@ -126,9 +127,10 @@ TEST(Sweep, RunsResumesAfterAKillAndWritesEverything) {
 TEST(Sweep, RunsThroughALaunchPrefix) {
   const std::string out = fresh_dir("sweep_torchrun");
   // torchrun leaves a log directory in TMPDIR each launch: under the tests' scratch, not /tmp.
-  const auto [code, output] = run_command("TMPDIR=" + ::testing::TempDir() + " " HETPAR_BINARY " sweep " + kSweeps +
-                                          "/two_points.toml --no-plots --set run.steps=2 --out " + out +
-                                          " --launch '" HETPAR_TORCHRUN " --nproc-per-node {ranks} --no-python'");
+  const auto [code, output] =
+      run_command("TMPDIR=" + ::testing::TempDir() + " " + hetpar_binary() + " sweep " + kSweeps +
+                  "/two_points.toml --no-plots --set run.steps=2 --out " + out + " --launch '" + torchrun_binary() +
+                  " --nproc-per-node {ranks} --no-python'");
   ASSERT_EQ(code, 0) << output;
   const std::vector<std::string> lines = lines_of(out + "/results.jsonl");
   ASSERT_EQ(lines.size(), 3u);
@@ -139,7 +141,7 @@ TEST(Sweep, RunsThroughALaunchPrefix) {
 }
 
 TEST(Sweep, DryRunListsInvalidPointsWithTheirReason) {
-  const auto [code, output] = run_command(std::string(HETPAR_BINARY) + " sweep " + kSweeps + "/with_invalid.toml --dry-run");
+  const auto [code, output] = run_command(hetpar_binary() + " sweep " + kSweeps + "/with_invalid.toml --dry-run");
   EXPECT_EQ(code, 0) << output;
   EXPECT_NE(output.find("p002  enc-64x2 / llm-tp3"), std::string::npos) << output;
   EXPECT_NE(output.find("INVALID"), std::string::npos) << output;
@@ -149,7 +151,7 @@ TEST(Sweep, DryRunListsInvalidPointsWithTheirReason) {
 
 // Runs on data.files count the files' images; files that cannot be read make every run invalid, named.
 TEST(Sweep, DryRunNamesUnreadableDataFiles) {
-  const auto [code, output] = run_command(std::string(HETPAR_BINARY) + " sweep " + kSweeps +
+  const auto [code, output] = run_command(hetpar_binary() + " sweep " + kSweeps +
                                           "/two_points.toml --dry-run --set data.files=/nonexistent/shards");
   EXPECT_EQ(code, 2) << output;
   EXPECT_NE(output.find("INVALID: data.files: /nonexistent/shards: not a directory of batch files"), std::string::npos)
@@ -160,7 +162,7 @@ TEST(Sweep, DryRunNamesUnreadableDataFiles) {
 TEST(Sweep, FailedRunsAreRecordedAndTheSweepGoesOn) {
   const std::string out = fresh_dir("sweep_failing");
   // Rank 1 of every run dies at step 2.
-  const auto [code, output] = run_command("HETPAR_FAULT=1:2 " + std::string(HETPAR_BINARY) + " sweep " + kSweeps +
+  const auto [code, output] = run_command("HETPAR_FAULT=1:2 " + hetpar_binary() + " sweep " + kSweeps +
                                           "/two_points.toml --no-plots --set runtime.timeout_s=5 --out " + out);
   EXPECT_EQ(code, 1) << output;
   const std::vector<std::string> lines = lines_of(out + "/results.jsonl");
@@ -179,12 +181,12 @@ TEST(Sweep, FailedRunsAreRecordedAndTheSweepGoesOn) {
 TEST(Sweep, OutOfMemoryIsAnOutcome) {
   const std::string out = fresh_dir("sweep_oom");
   const auto [train_code, train_output] = run_command(
-      "HETPAR_FAULT=1:2:oom " + std::string(HETPAR_BINARY) + " train " HETPAR_SOURCE_DIR
-      "/workloads/runs/quickstart.toml --set runtime.timeout_s=5 --set run.steps=3 --out " + out + "_train");
+      "HETPAR_FAULT=1:2:oom " + hetpar_binary() + " train " + source_tree_path("/workloads/runs/quickstart.toml") +
+      " --set runtime.timeout_s=5 --set run.steps=3 --out " + out + "_train");
   EXPECT_EQ(train_code, 6) << train_output;
   EXPECT_NE(train_output.find("rank 1 failed first with exit code 6"), std::string::npos) << train_output;
   EXPECT_NE(train_output.find("out of memory on rank 1 (device cpu)"), std::string::npos) << train_output;
-  const auto [code, output] = run_command("HETPAR_FAULT=1:2:oom " + std::string(HETPAR_BINARY) + " sweep " + kSweeps +
+  const auto [code, output] = run_command("HETPAR_FAULT=1:2:oom " + hetpar_binary() + " sweep " + kSweeps +
                                           "/two_points.toml --no-plots --set runtime.timeout_s=5 --out " + out);
   EXPECT_EQ(code, 1) << output;
   const std::vector<std::string> lines = lines_of(out + "/results.jsonl");
@@ -202,7 +204,7 @@ TEST(Sweep, OutOfMemoryIsAnOutcome) {
 // record torn by a crash is dropped; invalid points are recorded once.
 TEST(Sweep, DivergedRunsAreRecordedAndResumeIsIdempotent) {
   const std::string out = fresh_dir("sweep_diverging");
-  const std::string sweep = std::string(HETPAR_BINARY) + " sweep " + kSweeps + "/diverging.toml --no-plots --out " + out;
+  const std::string sweep = hetpar_binary() + " sweep " + kSweeps + "/diverging.toml --no-plots --out " + out;
   auto status_of = [&] {
     std::map<std::string, std::string> status;
     for (const std::string& line : lines_of(out + "/results.jsonl")) {
@@ -250,7 +252,7 @@ TEST(Sweep, CompareResultsExitCodes) {
   write_results(dir + "/old", 1.0, 100.0);
   write_results(dir + "/same", 1.0, 100.0);
   write_results(dir + "/slower", 0.8, 80.0);
-  const std::string compare = std::string(HETPAR_BINARY) + " compare --results " + dir + "/old ";
+  const std::string compare = hetpar_binary() + " compare --results " + dir + "/old ";
   EXPECT_EQ(run_command(compare + dir + "/same").first, 0);
   const auto [regressed, text] = run_command(compare + dir + "/slower");
   EXPECT_EQ(regressed, 1) << text;
@@ -271,9 +273,9 @@ namespace {
 // that cannot be read is refused before any run starts.
 TEST(Sweep, PredictionsSitBesideTheMeasurement) {
   const std::string out = fresh_dir("sweep_predicted"), profile = out + "_profile.json";
-  auto [code, output] = run_command(std::string(HETPAR_BINARY) + " calibrate --quick --ranks 2 --out " + profile);
+  auto [code, output] = run_command(hetpar_binary() + " calibrate --quick --ranks 2 --out " + profile);
   ASSERT_EQ(code, 0) << output;
-  std::tie(code, output) = run_command(std::string(HETPAR_BINARY) + " sweep " + kSweeps + "/two_points.toml --out " +
+  std::tie(code, output) = run_command(hetpar_binary() + " sweep " + kSweeps + "/two_points.toml --out " +
                                        out + " --no-plots --profile " + profile);
   ASSERT_EQ(code, 0) << output;
   int predicted = 0;
@@ -305,7 +307,7 @@ TEST(Sweep, PredictionsSitBesideTheMeasurement) {
   EXPECT_NE(text.find("Tensor memory"), std::string::npos) << text;
 
   const std::string never = fresh_dir("sweep_bad_profile");
-  std::tie(code, output) = run_command(std::string(HETPAR_BINARY) + " sweep " + kSweeps + "/two_points.toml --out " +
+  std::tie(code, output) = run_command(hetpar_binary() + " sweep " + kSweeps + "/two_points.toml --out " +
                                        never + " --profile " + never + "_missing.json");
   EXPECT_EQ(code, 2) << output;
   EXPECT_NE(output.find("cannot read the profile"), std::string::npos) << output;

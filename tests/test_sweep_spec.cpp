@@ -9,11 +9,12 @@
 #include <stdexcept>
 
 #include "sweep/sweep_spec.hpp"
+#include "tests/test_paths.hpp"
 
 namespace hetpar {
 namespace {
 
-const std::string kDir = std::string(HETPAR_TEST_DATA) + "/sweeps";
+const std::string kDir = test_data_path("/sweeps");
 
 TEST(SweepSpec, ExpandsTheGridWithSharedBaselines) {
   const SweepSpec spec = load_sweep_spec(kDir + "/with_invalid.toml");
@@ -75,12 +76,12 @@ TEST(SweepSpec, InvalidPointsKeepTheirReason) {
 // Every file in sweeps/: a new one cannot ship with an invalid point.
 TEST(SweepSpec, TheShippedSweepsAreValid) {
   std::vector<std::string> names;
-  for (const auto& e : std::filesystem::directory_iterator(std::string(HETPAR_SOURCE_DIR) + "/sweeps")) {
+  for (const auto& e : std::filesystem::directory_iterator(source_tree_path("/sweeps"))) {
     if (e.path().extension() == ".toml") names.push_back(e.path().filename().string());
   }
   ASSERT_GE(names.size(), 6u);
   for (const std::string& name : names) {
-    const std::string file = std::string(HETPAR_SOURCE_DIR) + "/sweeps/" + name;
+    const std::string file = source_tree_path("/sweeps/") + name;
     const std::vector<SweepRun> runs = expand_sweep(load_sweep_spec(file), {});
     ASSERT_FALSE(runs.empty()) << name;
     for (const SweepRun& r : runs) EXPECT_TRUE(r.config.has_value()) << name << " " << r.label << ": " << r.invalid_reason;

@@ -13,6 +13,7 @@
 
 #include "data/synthetic_data.hpp"
 #include "tests/dist_harness.hpp"
+#include "tests/test_paths.hpp"
 
 namespace hetpar::test {
 namespace {
@@ -33,8 +34,8 @@ std::string run_dir(const std::string& tag) { return ::testing::TempDir() + "/tr
 std::vector<nlohmann::json> train(const std::string& tag, const std::string& sets, int step_count = 20) {
   const std::string dir = run_dir(tag);
   std::filesystem::remove_all(dir);
-  const auto [code, out] = run_command(std::string(HETPAR_BINARY) + " train " HETPAR_SOURCE_DIR
-                                       "/workloads/tiny.toml --set run.steps=" + std::to_string(step_count) +
+  const auto [code, out] = run_command(hetpar_binary() + " train " + source_tree_path("/workloads/tiny.toml") +
+                                       " --set run.steps=" + std::to_string(step_count) +
                                        " --set data.global_batch_size=4" + kSmallBuckets + " " + sets + " --out " + dir);
   EXPECT_EQ(code, 0) << out;
   std::vector<nlohmann::json> steps;

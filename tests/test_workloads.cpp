@@ -7,12 +7,13 @@
 #include <fstream>
 
 #include "config/run_config.hpp"
+#include "tests/test_paths.hpp"
 
 namespace hetpar {
 namespace {
 
 namespace fs = std::filesystem;
-const fs::path kWorkloads = fs::path(HETPAR_SOURCE_DIR) / "workloads";
+const fs::path kWorkloads = fs::path(source_tree_path()) / "workloads";
 
 std::vector<fs::path> tomls(const fs::path& dir) {
   std::vector<fs::path> out;

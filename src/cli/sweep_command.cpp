@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 
+#include "cli/build_paths.hpp"
 #include "cli/job_command.hpp"
 #include "launch/local_limits.hpp"
 #include "sweep/sweep_dir.hpp"
@@ -26,7 +27,7 @@ namespace {
 // The plots need the venv's python (matplotlib); HETPAR_PYTHON overrides it.
 std::string plot_python() {
   if (const char* env = std::getenv("HETPAR_PYTHON")) return env;
-  return HETPAR_DEFAULT_PYTHON;
+  return configured_python();
 }
 
 std::string layout_text(const RunConfig& c) {
@@ -173,7 +174,7 @@ int run_sweep_command(const SweepArgs& args) {
   options.run_timeout_s = args.run_timeout_s;
   if (!args.no_plots) {
     options.python = plot_python();
-    options.plot_script = std::string(HETPAR_SOURCE_DIR) + "/plots/plot_results.py";
+    options.plot_script = configured_source_tree() + "/plots/plot_results.py";
   }
   options.retry_failed = args.retry_failed;
   if (profile) options.profile = &*profile;
