@@ -247,7 +247,7 @@ TEST(Checkpoint, ABrokenOrForeignCheckpointIsRefused) {
 // A sweep killed while a point runs picks that point up at its checkpoint.
 TEST(Checkpoint, ASweepPointKilledMidRunResumesFromItsCheckpoint) {
   const std::string out = scratch("sweep");
-  const std::string sweep = source_tree_path("/tests/data/sweeps/two_points.toml");
+  const std::string sweep = test_data_path("/sweeps/two_points.toml");
   const std::string sets = " --set run.steps=40 --set run.checkpoint_every=5 --no-plots --out " + out;
   const pid_t pid = fork();
   ASSERT_GE(pid, 0);

@@ -23,7 +23,7 @@ namespace hetpar::test {
 namespace {
 
 namespace fs = std::filesystem;
-const std::string kSweeps = source_tree_path("/tests/data/sweeps");
+const std::string kSweeps = test_data_path("/sweeps");
 
 std::string fresh_dir(const std::string& name) {
   const std::string dir = ::testing::TempDir() + "/" + name + "_" + std::to_string(getpid());
