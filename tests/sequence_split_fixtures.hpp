@@ -18,6 +18,7 @@
 #include "model/llama.hpp"
 #include "model/param_init.hpp"
 #include "tests/dist_harness.hpp"
+#include "tp/partial_grads.hpp"
 #include "train/sequence_part.hpp"
 
 namespace hetpar::test {
@@ -61,6 +62,16 @@ inline void expect_summed_grads_match(torch::nn::Module& local, torch::nn::Modul
   }
 }
 
+// What the trainer does once a step under sequence parallelism: the
+// replicated weights' gradients, each rank's part's, summed over TP. Returns
+// how many parameters that was.
+inline size_t sum_tp_partial_grads(torch::nn::Module& m, Group& tp) {
+  std::vector<at::Tensor> grads;
+  for (const at::Tensor& p : tp_partial_parameters(m)) grads.push_back(p.grad());
+  sum_over_group(grads, tp);
+  return grads.size();
+}
+
 // Two samples; image spans that cross chunk edges at CP 2 and 4 (chunks of 8 and 4).
 inline MicroBatch llm_batch(const LlmConfig& c) {
   MicroBatch b;
@@ -102,6 +113,9 @@ inline void expect_llm_matches_one_rank(LlamaModel& local, LlamaModel& whole, co
   const at::Tensor logits_ref = whole.forward(b.ids, rows_ref, b.image_mask);
   const at::Tensor loss_ref = whole.loss_sum(logits_ref, b.targets) / targets;
   loss_ref.backward();
+  // Split, the norms' gradients are each TP rank's part's (2 a layer and the final one) until summed.
+  const size_t partial = sum_tp_partial_grads(local, g.tp);
+  require(partial == (split && g.tp.size() > 1 ? size_t(2 * c.layers + 1) : 0), "{} TP-partial parameters", partial);
 
   // Split or not, the head's logits are those of the whole CP part.
   const at::Tensor pos = cp_positions(c.seq_len, g.cp.rank(), g.cp.size());

@@ -61,6 +61,8 @@ HETPAR_WORKER(sp_linear_pair) {
   at::Tensor w2 = leaf(full_linear_weight(s2)), b2 = leaf(full_linear_bias(s2));
   const at::Tensor y = row.forward(col.forward(x));
   (y * mine(r, tp)).sum().backward();
+  require(tp_partial_parameters(col).empty(), "a column-parallel layer's bias is sharded, not partial");
+  require(sum_tp_partial_grads(row, tp) == 1, "the row-parallel bias is the one TP-partial parameter");
   const at::Tensor yr = at::linear(at::linear(xr, w1, b1), w2, b2);
   (yr * r).sum().backward();
   expect_close(y, mine(yr.detach(), tp), "output part");
@@ -69,6 +71,9 @@ HETPAR_WORKER(sp_linear_pair) {
   expect_close(col.bias.grad(), shard(b1.grad(), 0, tp.rank(), tp.size()), "column bias grad");
   expect_close(row.weight.grad(), shard(w2.grad(), 1, tp.rank(), tp.size()), "row weight grad");
   expect_close(row.bias.grad(), b2.grad(), "row bias grad (replicated: summed over the group)");
+  // Without sequence parallelism every rank's bias gradient is already the whole one.
+  RowParallelLinear whole_row(s2, tp, true);
+  require(tp_partial_parameters(whole_row).empty(), "a row-parallel bias without SP counted as partial");
 }
 
 // The two MLPs and attention with RoPE: split against whole on one rank.
@@ -80,6 +85,7 @@ HETPAR_WORKER(sp_blocks) {
     at::Tensor x = leaf(mine(x0, g.tp)), xr = leaf(x0);
     const at::Tensor y = run(split, x);
     (y * mine(r, g.tp)).sum().backward();
+    sum_tp_partial_grads(split, g.tp);
     const at::Tensor yr = run(whole, xr);
     (yr * r).sum().backward();
     expect_close(y, mine(yr.detach(), g.tp), std::string(what) + " output part");

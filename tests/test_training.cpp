@@ -206,6 +206,9 @@ TEST(ShardedOptimizerState, SameRunAsTheUnshardedOptimizer) {
       {"dp2", "--set layout.llm.dp=2 --set data.micro_batch_size=1", true},
       // Norms and biases replicated over TP count once in the norm, sharded matrices on every TP rank.
       {"tp2_dp2", "--set layout.llm.tp=2 --set layout.llm.dp=2 --set data.micro_batch_size=1", true},
+      // Sequence parallelism: the norms' TP-partial gradients summed over TP on this member's segments.
+      {"tp2_dp2_sp", "--set layout.llm.tp=2 --set layout.llm.dp=2 --set layout.llm.sp=true --set data.micro_batch_size=1",
+       true},
       {"cp2", "--set layout.llm.cp=2", true},
       {"coloc_pp2_bf16", "--set layout.placement=colocated --set layout.encoder.dp=4 --set layout.llm.pp=2 "
                          "--set layout.llm.dp=2 --set data.micro_batch_size=1 --set run.precision=bf16", false},

@@ -10,7 +10,7 @@
 namespace hetpar {
 LlamaBlock::LlamaBlock(const LlmConfig& c, const std::string& name, uint64_t seed, Group& tp, Group* cp,
                        TpSequence sequence) {
-  Group* split = sequence == TpSequence::kSplit ? &tp : nullptr;
+  const bool split = sequence == TpSequence::kSplit;
   input_norm_ = register_module("input_layernorm", std::make_shared<RMSNorm>(c.hidden, c.norm_eps, split));
   AttentionSpec a;
   a.name = name + ".self_attn";
@@ -56,8 +56,7 @@ LlamaModel::LlamaModel(const LlmConfig& c, uint64_t seed, Group& tp, Group* cp, 
   rope_cos_ = register_buffer("rope_cos", cos);
   rope_sin_ = register_buffer("rope_sin", sin);
   if (stage != stages - 1) return;
-  norm_ = register_module("norm", std::make_shared<RMSNorm>(c.hidden, c.norm_eps,
-                                                            sequence_ == TpSequence::kSplit ? &tp : nullptr));
+  norm_ = register_module("norm", std::make_shared<RMSNorm>(c.hidden, c.norm_eps, sequence_ == TpSequence::kSplit));
   LinearSpec head;
   head.name = "llm.lm_head";
   head.in = c.hidden;

@@ -2,7 +2,6 @@
 
 #include <torch/autograd.h>
 
-#include "tp/tp_comm_ops.hpp"
 
 namespace hetpar {
 namespace {
@@ -47,10 +46,6 @@ struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   if (x.is_cuda()) return at::rms_norm(x, {weight.size(0)}, weight, eps);
   return RmsNormFunction::apply(x, weight, eps);
-}
-
-at::Tensor RMSNorm::forward(const at::Tensor& x) {
-  return rms_norm(x, sequence_split_ != nullptr ? identity_fwd_allreduce_bwd(weight, *sequence_split_) : weight, eps_);
 }
 
 }  // namespace hetpar

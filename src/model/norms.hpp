@@ -1,13 +1,12 @@
 // Normalisation layers; their weights are replicated on every TP rank. With
 // the whole sequence on every rank their inputs are too, so their gradients
 // agree without communication; under sequence parallelism each rank sees its
-// part of the sequence and the weight's gradient is summed over the group.
+// part of the sequence and its gradient is that part's, summed over the group
+// once a step (tp/partial_grads.hpp).
 #pragma once
 
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
-
-#include "dist/group.hpp"
 
 namespace hetpar {
 
@@ -21,18 +20,18 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 
 class RMSNorm : public torch::nn::Module {
  public:
-  // `sequence_split`: the TP group whose ranks each normalise their part of
-  // the sequence (sequence parallelism), or null.
-  RMSNorm(int64_t hidden, double eps, Group* sequence_split = nullptr)
-      : eps_(eps), sequence_split_(sequence_split != nullptr && sequence_split->size() > 1 ? sequence_split : nullptr) {
+  // `part_of_sequence`: each rank of a TP group of more than one normalises
+  // its part of the sequence (sequence parallelism).
+  RMSNorm(int64_t hidden, double eps, bool part_of_sequence = false) : eps_(eps), part_(part_of_sequence) {
     weight = register_parameter("weight", at::ones({hidden}));
   }
-  at::Tensor forward(const at::Tensor& x);
+  at::Tensor forward(const at::Tensor& x) { return rms_norm(x, weight, eps_); }
+  bool sees_part_of_sequence() const { return part_; }
   at::Tensor weight;
 
  private:
   double eps_;
-  Group* sequence_split_;
+  bool part_;
 };
 
 // ATen's layer norm saves x and its rows' mean and reciprocal deviation on

@@ -346,7 +346,7 @@ OpEstimate estimate_ops(const RunConfig& c, const Profile& p) {
                                           members_per_node(p, llm_first, stage_stride, pl.llm.pp));
 
   // Once a step: each module's gradients summed over its DP x CP group in
-  // runtime.grad_bucket_mib buckets, the norm's all-reduce, and AdamW (param,
+  // runtime.grad_bucket_mib buckets, the gradient norm's all-reduce, and AdamW (param,
   // grad, two moments read, three written: 7 floats a parameter) at the add
   // bandwidth. With runtime.overlap_grad_reduce every bucket but the last
   // starts during the module's last backward of the step
@@ -382,7 +382,16 @@ OpEstimate estimate_ops(const RunConfig& c, const Profile& p) {
   const int llm_shards = optimizer_shard_group(c, llm_group), enc_shards = optimizer_shard_group(c, enc_group);
   const double llm_optimizer = p.memory_seconds("add", 7 * kFp32 * llm_params / llm_shards);
   const double enc_optimizer = p.memory_seconds("add", 7 * kFp32 * enc_params / enc_shards);
-  const double llm_side = sync(llm_params, llm_first, pl.llm.tp, llm_group, llm_shards > 1, t.llm_backward) + llm_optimizer;
+  // Under sequence parallelism the norms' gradients (two a layer, and the
+  // final norm's) are summed over TP once a step in one all-reduce
+  // (train/partial_grad_sum.hpp); the stage with the most layers counts.
+  int64_t most_layers = 0;
+  for (int s = 0; s < pl.llm.pp; ++s) most_layers = std::max(most_layers, stage_layers(llm.layers, pl.llm.pp, s).count);
+  const double partial_sum = pl.llm.sequence_parts() == 1 ? 0
+      : p.collective_seconds("all_reduce", pl.llm.tp, kFp32 * double(llm.hidden) * double(2 * most_layers + 1),
+                             llm_layer.tp_spans);
+  const double llm_side =
+      sync(llm_params, llm_first, pl.llm.tp, llm_group, llm_shards > 1, t.llm_backward) + partial_sum + llm_optimizer;
   const double enc_side =
       sync(enc_params, enc_first, pl.encoder.tp, enc_group, enc_shards > 1, t.encoder_backward) + enc_optimizer;
   const double norm = p.collective_seconds("all_reduce", world, 8, members_per_node(p, 0, 1, world));

@@ -11,8 +11,8 @@
 // activations outside the sharded part hold each rank's 1/tp of the
 // sequence: a column-parallel layer all-gathers its input along the sequence
 // (its gradient reduce-scattered back), a row-parallel layer reduce-scatters
-// its output, and a replicated bias then sees only this rank's tokens, so
-// its gradient is summed over the group.
+// its output, and a replicated bias then sees only this rank's tokens: its
+// gradient is that part's until the step sums it (tp/partial_grads.hpp).
 #pragma once
 
 #include <torch/nn/module.h>
@@ -56,6 +56,9 @@ class RowParallelLinear : public torch::nn::Module {
                     TpSequence sequence = TpSequence::kWhole);
   at::Tensor forward(const at::Tensor& x);
   at::Tensor weight, bias;  // [out, in/tp], [out] (added once, after the sum)
+  // The output is this rank's part of the sequence: so is the bias's
+  // gradient, summed over the group once a step (tp/partial_grads.hpp).
+  bool sees_part_of_sequence() const { return sequence_ == TpSequence::kSplit && tp_.size() > 1; }
 
  private:
   Group& tp_;

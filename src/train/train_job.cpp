@@ -30,7 +30,9 @@
 #include "train/grad_reducer.hpp"
 #include "train/grad_sync.hpp"
 #include "train/multimodal_model.hpp"
+#include "train/partial_grad_sum.hpp"
 #include "train/sharded_optimizer.hpp"
+#include "tp/partial_grads.hpp"
 #include "util/durable_file.hpp"
 #include "util/exit_codes.hpp"
 #include "util/log.hpp"
@@ -155,6 +157,9 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
   for (GradReducer* r : {reductions.encoder, reductions.llm}) {
     if (sharded(r) != nullptr) sharding.push_back(r);
   }
+  // Sequence parallelism: the LLM's TP-partial gradients, summed over TP once a step after the DP x CP sum.
+  std::optional<PartialGradSum> llm_partial;
+  if (model.llm != nullptr) llm_partial.emplace(tp_partial_parameters(*model.llm), llm.get(GroupKind::kTp), reductions.llm);
   FusedAdamW optimizer(optimizer_targets(params, reducers), config.optim);
   std::vector<NormShare> norm_shares;
   // After the sync over dp x cp every replica and CP rank holds the same gradients: one of them counts.
@@ -239,6 +244,7 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
         buckets.buckets += r->last_step().buckets;
         buckets.started_in_backward += r->last_step().started_in_backward;
       }
+      if (llm_partial) llm_partial->sum();
       summary["grad_buckets"] = {{"buckets", buckets.buckets}, {"started_in_backward", buckets.started_in_backward}};
       grad_norm = global_grad_norm(runtime.world(), norm_shares, device);
     }
