@@ -21,6 +21,7 @@
 #include "data/synthetic_data.hpp"
 #include "io/safetensors.hpp"
 #include "metrics/model_flops.hpp"
+#include "plan/memory_model.hpp"
 #include "tests/dist_harness.hpp"
 #include "tests/test_paths.hpp"
 
@@ -229,6 +230,44 @@ TEST(FileDataset, TheFilesMeanImagesASampleIsWhatTheModelsCount) {
   EXPECT_DOUBLE_EQ(expected_images_per_step(with_file_image_counts(synthetic)), 4 * 2.0);
 }
 
+// With image_counts in every file the memory model bounds a sample by the
+// fullest one (2 images here) rather than data.images_max (4); without, by
+// data.images_max, which training holds each sample to.
+TEST(FileDataset, TheFullestSampleBoundsTheMemoryModelWhereImageCountsSayIt) {
+  RunConfig c = tiny_config(4);
+  c.data.images_min = 0;
+  c.data.images_max = 4;
+  c.data.files = numbered_dataset("most_scanned", c);
+  const std::optional<FileImageCounts> scanned = check_data_files(c);
+  ASSERT_TRUE(scanned.has_value());
+  EXPECT_EQ(scanned->mean, 1.0);
+  EXPECT_FALSE(scanned->most.has_value());
+  const RunConfig capped = with_file_image_counts(c, scanned);
+  EXPECT_EQ(most_images_per_sample(capped), 4);
+
+  c.data.files = numbered_dataset("most_counted", c, /*counted=*/true);
+  const std::optional<FileImageCounts> counted = check_data_files(c);
+  ASSERT_TRUE(counted.has_value() && counted->most.has_value());
+  EXPECT_EQ(*counted->most, 2);
+  const RunConfig bounded = with_file_image_counts(c, counted);
+  EXPECT_EQ(bounded.data.files_most_images, 2);
+  EXPECT_EQ(with_file_image_counts(c).data.files_most_images, 2);  // reading the headers itself: the same
+  EXPECT_EQ(most_images_per_sample(bounded), 2);
+
+  // The memory model: as synthetic data of at most 2 images a sample, less than at 4.
+  RunConfig two = c;
+  two.data.files.clear();
+  two.data.images_max = 2;
+  const MemoryAssumptions a{4, 0, false};
+  const RankMemory got = rank_memory(bounded, a).front(), want = rank_memory(two, a).front();
+  EXPECT_EQ(got.activations, want.activations);
+  EXPECT_EQ(got.transient, want.transient);
+  EXPECT_LT(got.activations, rank_memory(capped, a).front().activations);
+  RunConfig none = c;
+  none.data.files.clear();
+  EXPECT_FALSE(check_data_files(none).has_value());
+}
+
 TEST(FileDataset, TrainingHoldsEachSampleToImagesMax) {
   RunConfig c = tiny_config(4);
   c.data.images_max = 1;  // the files' mean is 1, so the preflight passes; samples 2, 5 and 8 hold 2 images each
@@ -379,22 +418,25 @@ TEST(TrainingOnFiles, BadDataSettingsExitTwoBeforeAnyRankStarts) {
   EXPECT_NE(out.find("data.eval_files: is read only with run.eval_every > 0"), std::string::npos) << out;
 }
 
-// hetpar plan says what it plans for: the files' mean, and their fullest sample where they count it.
+// hetpar plan says what it plans for: the files' mean, and their fullest
+// sample where they count it, which the memory model then counts rather than
+// data.images_max (4 here).
 TEST(TrainingOnFiles, PlanLogsTheFilesImagesASample) {
   RunConfig c = tiny_config(4);
   const std::string plan = kHetpar + " plan " + kTiny + " --devices 4 --profile " +
                            source_tree_path("/profiles/h100_dgx.json") +
                            " --set data.global_batch_size=4 --set data.images_min=0 "
-                           "--set data.images_max=2 --out ";
+                           "--set data.images_max=4 --out ";
   auto [code, out] = run_command(plan + fresh_dir("plan_counted") + "/plan --set data.files=" +
                                  numbered_dataset("plan_counted_files", c, /*counted=*/true));
   EXPECT_EQ(code, 0) << out;
   EXPECT_NE(out.find("1 images a sample on average, the fullest 2 (image_counts), from the headers of "), std::string::npos) << out;
-  EXPECT_NE(out.find("the memory model counts data.images_max = 2 a sample"), std::string::npos) << out;
+  EXPECT_NE(out.find("; the memory model counts 2 a sample\n"), std::string::npos) << out;
   std::tie(code, out) = run_command(plan + fresh_dir("plan_scanned") + "/plan --set data.files=" +
                                     numbered_dataset("plan_scanned_files", c));
   EXPECT_EQ(code, 0) << out;
   EXPECT_NE(out.find("1 images a sample on average, from the headers of "), std::string::npos) << out;
+  EXPECT_NE(out.find("; the memory model counts 4 a sample (data.images_max)"), std::string::npos) << out;
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include "config/config_error.hpp"
 #include "data/data_sources.hpp"
+#include "plan/memory_model.hpp"
 #include "plan/plan_report.hpp"
 #include "plan/planner.hpp"
 #include "util/durable_file.hpp"
@@ -53,17 +54,14 @@ CLI::App* add_plan_command(CLI::App& app, PlanArgs& args) {
 
 int run_plan(const PlanArgs& args) {
   RunConfig base;
+  std::optional<FileImageCounts> file_images;
   try {
     base = load_run_config(args.run_file, args.overrides);
-    check_data_files(base);
+    file_images = check_data_files(base);
   } catch (const ConfigError& e) {
     die(kExitConfigError, e.what());
   }
-  FileImageCounts file_images;
-  if (!base.data.files.empty()) {  // the files' images, not the synthetic data's, are planned for
-    file_images = file_image_counts(base);
-    base.data.files_images_per_sample = file_images.mean;
-  }
+  base = with_file_image_counts(base, file_images);  // the files' images, not the synthetic data's, are planned for
   std::map<std::string, std::string> labels;
   for (const std::string& label : args.labels) {
     const size_t eq = label.find('=');
@@ -87,11 +85,10 @@ int run_plan(const PlanArgs& args) {
   } catch (const std::exception& e) {
     die(kExitConfigError, std::string("--out: ") + e.what());
   }
-  if (!base.data.files.empty()) {
-    log_info("{} images a sample on average{}, from the headers of {}; the memory model counts data.images_max = {} "
-             "a sample", file_images.mean,
-             file_images.most ? fmt::format(", the fullest {} (image_counts)", *file_images.most) : "",
-             base.data.files, base.data.images_max);
+  if (file_images) {
+    log_info("{} images a sample on average{}, from the headers of {}; the memory model counts {} a sample{}",
+             file_images->mean, file_images->most ? fmt::format(", the fullest {} (image_counts)", *file_images->most) : "",
+             base.data.files, most_images_per_sample(base), file_images->most ? "" : " (data.images_max)");
   }
   PlanOptions options;
   options.devices = args.devices;

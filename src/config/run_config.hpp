@@ -72,6 +72,10 @@ struct DataConfig {
   // their headers (data/data_sources.hpp, with_file_image_counts); when not
   // measured, the synthetic data's (images_min + images_max) / 2 counts.
   std::optional<double> files_images_per_sample;
+  // Not a run-file key either: the most images any sample of data.files
+  // holds, where every file has image_counts; the memory model bounds a
+  // sample by it rather than by data.images_max (which still caps it).
+  std::optional<int64_t> files_most_images;
 };
 
 struct OptimConfig {      // AdamW, linear warm-up then cosine decay to min_lr

@@ -56,9 +56,10 @@ void check_batch_files(const std::string& dir, const RunConfig& config, int64_t 
   check_enough_samples(headers_of(dir, config), dir, needed, what);
 }
 
-void check_data_files(const RunConfig& config) {
-  const auto check = [&](const std::string& dir, const char* key, int64_t needed, const std::string& what) {
-    if (dir.empty()) return;
+std::optional<FileImageCounts> check_data_files(const RunConfig& config) {
+  const auto check = [&](const std::string& dir, const char* key, int64_t needed,
+                         const std::string& what) -> std::optional<FileImageCounts> {
+    if (dir.empty()) return std::nullopt;
     try {
       // Files with image_counts: a sample above images_max is named now.
       const FileDataset files = headers_of(dir, config, ImagesPerSample::kAtMostImagesMax);
@@ -69,14 +70,16 @@ void check_data_files(const RunConfig& config) {
                                              "{}, the most the memory model and planner count a sample: raise "
                                              "data.images_max", dir, mean, config.data.images_max));
       }
+      return FileImageCounts{images_per_sample(files), files.most_images()};
     } catch (const std::runtime_error& e) {
       throw ConfigError(config.source_file, key, e.what());
     }
   };
   const int64_t batch = config.data.global_batch_size;
-  check(config.data.files, "data.files", batch, "data.global_batch_size");
+  const std::optional<FileImageCounts> counts = check(config.data.files, "data.files", batch, "data.global_batch_size");
   check(config.data.eval_files, "data.eval_files", config.run.eval_batches * batch,
         "run.eval_batches x data.global_batch_size");
+  return counts;
 }
 
 FileImageCounts file_image_counts(const RunConfig& config) {
@@ -85,7 +88,15 @@ FileImageCounts file_image_counts(const RunConfig& config) {
 }
 
 RunConfig with_file_image_counts(RunConfig config) {
-  if (!config.data.files.empty()) config.data.files_images_per_sample = file_image_counts(config).mean;
+  if (config.data.files.empty()) return config;
+  const FileImageCounts counts = file_image_counts(config);
+  return with_file_image_counts(std::move(config), counts);
+}
+
+RunConfig with_file_image_counts(RunConfig config, const std::optional<FileImageCounts>& counts) {
+  if (config.data.files.empty() || !counts) return config;
+  config.data.files_images_per_sample = counts->mean;
+  config.data.files_most_images = counts->most;
   return config;
 }
 

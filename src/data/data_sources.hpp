@@ -20,27 +20,32 @@ std::unique_ptr<BatchSource> held_out_data(const RunConfig& config, const at::De
 // throws std::runtime_error naming the directory or file otherwise.
 void check_batch_files(const std::string& dir, const RunConfig& config, int64_t needed, const std::string& what);
 
+// data.files' images a sample: the mean from the headers, and the most when
+// every file has image_counts.
+struct FileImageCounts {
+  double mean = 0;
+  std::optional<int64_t> most;
+};
+
 // Before any rank starts: data.files and data.eval_files open, their headers
 // fit the model, they hold a step's samples (the held-out files every
 // evaluation's), no more images a sample on average than data.images_max,
 // and, in files with image_counts, no sample holding more; throws
 // ConfigError naming the key otherwise. Training on files without counts
-// holds each sample to data.images_max when it is read.
-void check_data_files(const RunConfig& config);
+// holds each sample to data.images_max when it is read. Returns data.files'
+// image counts from the same reading of the headers (none without data.files).
+std::optional<FileImageCounts> check_data_files(const RunConfig& config);
 
-// data.files' images a sample: the mean from the headers, and the most when
-// every file has image_counts; throws std::runtime_error naming the file when
-// one cannot be read.
-struct FileImageCounts {
-  double mean = 0;
-  std::optional<int64_t> most;
-};
+// Reads data.files' headers for their image counts; throws std::runtime_error
+// naming the file when one cannot be read.
 FileImageCounts file_image_counts(const RunConfig& config);
 
-// The config with data.files' mean images per sample in
-// data.files_images_per_sample: the FLOP count, step and memory models and
-// planner then count the files' images rather than the synthetic data's.
-// Unchanged without data.files.
+// The config with data.files' image counts in data.files_images_per_sample
+// (the FLOP count, step and memory models and planner then count the files'
+// mean rather than the synthetic data's) and data.files_most_images (the
+// memory model's fullest sample). The first reads the headers; both leave a
+// config without data.files unchanged.
 RunConfig with_file_image_counts(RunConfig config);
+RunConfig with_file_image_counts(RunConfig config, const std::optional<FileImageCounts>& counts);
 
 }  // namespace hetpar

@@ -199,9 +199,9 @@ Part encoder_part(const RunConfig& c, int s, int64_t in_flight, double images, c
   return p;
 }
 
-// Images one encoder rank encodes in the fullest micro-batch: every sample at images_max.
+// Images one encoder rank encodes in the fullest micro-batch: every sample at its most.
 double images_per_encoder_rank(const RunConfig& c) {
-  const double per_replica = double(c.data.micro_batch_size * c.data.images_max);
+  const double per_replica = double(c.data.micro_batch_size * most_images_per_sample(c));
   if (c.placement.placement == Placement::Uniform) return per_replica;  // each LLM rank its own samples
   return per_replica * c.placement.llm.dp / c.placement.encoder.dp;
 }
@@ -219,6 +219,10 @@ RankMemory rank_of(const Part& a, const Part* b, int ranks, double reserved) {
 }
 
 }  // namespace
+
+int64_t most_images_per_sample(const RunConfig& c) {
+  return std::min(c.data.images_max, c.data.files_most_images.value_or(c.data.images_max));
+}
 
 MemoryAssumptions memory_assumptions(const Profile& profile) {
   return {profile.element_bytes(), profile.reserved_bytes(), profile.attention_keeps_probabilities()};

@@ -55,6 +55,10 @@ struct MemoryAssumptions {
 };
 MemoryAssumptions memory_assumptions(const Profile& profile);
 
+// The images the model counts a sample: data.images_max, or fewer where
+// data.files' image_counts say no sample holds more (data.files_most_images).
+int64_t most_images_per_sample(const RunConfig& config);
+
 // One entry per kind of rank (a module's pipeline stage; colocated and
 // uniform ranks hold both modules), together covering every rank.
 std::vector<RankMemory> rank_memory(const RunConfig& config, const MemoryAssumptions& assumptions);

@@ -67,6 +67,7 @@ std::optional<PlanCandidate> llm_centric_baseline(const RunConfig& base, const P
   RunConfig text_only = base;
   text_only.data.images_min = text_only.data.images_max = 0;
   text_only.data.files_images_per_sample.reset();
+  text_only.data.files_most_images.reset();
   std::optional<PlanCandidate> best;
   double best_seconds = 0;
   for (size_t i : uniform) {
