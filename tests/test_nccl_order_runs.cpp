@@ -51,7 +51,11 @@ INSTANTIATE_TEST_SUITE_P(
         TraceCase{"coloc_pp2_bubble_fill", COLOC_PP "--set layout.encoder.dp=2"},
         TraceCase{"coloc_pp2_whole_step", COLOC_PP "--set layout.encoder.dp=2 --set layout.encoder_schedule=whole_step"},
         TraceCase{"coloc_pp2_llm_tp2", COLOC_PP "--set layout.encoder.dp=4 --set layout.llm.tp=2"},
-        TraceCase{"coloc_tp2", "--set layout.placement=colocated --set layout.encoder.dp=2 --set layout.llm.tp=2"}),
+        TraceCase{"coloc_tp2", "--set layout.placement=colocated --set layout.encoder.dp=2 --set layout.llm.tp=2"},
+        // Sequence parallelism's once-a-step TP sum of the norms' gradients, after the DP reduce-scatter / in each stage.
+        TraceCase{"uniform_tp2_dp2_sp_sharded", "--set layout.llm.tp=2 --set layout.llm.dp=2 --set layout.llm.sp=true "
+                                                "--set optim.shard_state=true --set data.micro_batch_size=1"},
+        TraceCase{"coloc_pp2_llm_tp2_sp", COLOC_PP "--set layout.encoder.dp=4 --set layout.llm.tp=2 --set layout.llm.sp=true"}),
     [](const ::testing::TestParamInfo<TraceCase>& info) { return std::string(info.param.name); });
 
 }  // namespace
