@@ -28,7 +28,6 @@ class PartialGradSum {
   PartialGradSum(std::vector<at::Tensor> partial, Group& tp, const GradReducer* reducer);
   // After the reducer's finish(). A parameter without a gradient counts as zeros.
   void sum();
-  size_t size() const { return params_.size(); }
 
  private:
   std::vector<at::Tensor> params_;
