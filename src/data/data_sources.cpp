@@ -82,14 +82,10 @@ std::optional<FileImageCounts> check_data_files(const RunConfig& config) {
   return counts;
 }
 
-FileImageCounts file_image_counts(const RunConfig& config) {
-  const FileDataset files = headers_of(config.data.files, config);
-  return {images_per_sample(files), files.most_images()};
-}
-
 RunConfig with_file_image_counts(RunConfig config) {
   if (config.data.files.empty()) return config;
-  const FileImageCounts counts = file_image_counts(config);
+  const FileDataset files = headers_of(config.data.files, config);
+  const FileImageCounts counts{images_per_sample(files), files.most_images()};
   return with_file_image_counts(std::move(config), counts);
 }
 

@@ -36,15 +36,12 @@ struct FileImageCounts {
 // image counts from the same reading of the headers (none without data.files).
 std::optional<FileImageCounts> check_data_files(const RunConfig& config);
 
-// Reads data.files' headers for their image counts; throws std::runtime_error
-// naming the file when one cannot be read.
-FileImageCounts file_image_counts(const RunConfig& config);
-
 // The config with data.files' image counts in data.files_images_per_sample
 // (the FLOP count, step and memory models and planner then count the files'
 // mean rather than the synthetic data's) and data.files_most_images (the
-// memory model's fullest sample). The first reads the headers; both leave a
-// config without data.files unchanged.
+// memory model's fullest sample). The first reads the headers (throwing
+// std::runtime_error naming a file that cannot be read); both leave a config
+// without data.files unchanged.
 RunConfig with_file_image_counts(RunConfig config);
 RunConfig with_file_image_counts(RunConfig config, const std::optional<FileImageCounts>& counts);
 
