@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <unordered_set>
 
 namespace hetpar {
 namespace {
@@ -84,6 +85,16 @@ void GradReducer::build_segments() {
                                   b.kept.narrow(0, first - lo, last - first)});
     }
   }
+}
+
+std::vector<at::Tensor> GradReducer::segment_grads(const std::vector<at::Tensor>& of) const {
+  std::unordered_set<const void*> wanted;
+  for (const at::Tensor& p : of) wanted.insert(p.unsafeGetTensorImpl());
+  std::vector<at::Tensor> grads;
+  for (const Segment& s : segments_) {
+    if (wanted.count(params_[s.param].unsafeGetTensorImpl()) > 0) grads.push_back(s.grad);
+  }
+  return grads;
 }
 
 GradReducer::~GradReducer() {

@@ -90,6 +90,8 @@ class GradReducer {
     at::Tensor values, grad;         // views: of the parameter, of its bucket's kept sum
   };
   const std::vector<Segment>& segments() const { return segments_; }
+  // The gradients of the segments whose parameter is one of `of`, in segments() order.
+  std::vector<at::Tensor> segment_grads(const std::vector<at::Tensor>& of) const;
   // Sharded, after the update: every member's segments into every member's parameters.
   void gather_params();
   // Sharded: `pieces` (one a segment, of its length) gathered from every

@@ -3,7 +3,6 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
-#include <unordered_set>
 
 namespace hetpar {
 namespace {
@@ -23,27 +22,14 @@ at::Tensor squared_norm(const std::vector<at::Tensor>& grads, const at::Device& 
   return at::stack(at::_foreach_norm(grads, 2)).to(at::kDouble).square().sum();
 }
 
-// A sharding module's segments' gradients, by whether their parameter is replicated over TP.
-std::pair<std::vector<at::Tensor>, std::vector<at::Tensor>> segment_grads(const NormShare& s) {
-  std::unordered_set<const void*> replicated;
-  for (const at::Tensor& p : s.params->replicated) replicated.insert(p.unsafeGetTensorImpl());
-  std::vector<at::Tensor> split, whole;
-  for (const GradReducer::Segment& seg : s.sharded->segments()) {
-    const bool is_replicated = replicated.count(s.sharded->params()[seg.param].unsafeGetTensorImpl()) > 0;
-    (is_replicated ? whole : split).push_back(seg.grad);
-  }
-  return {split, whole};
-}
-
 }  // namespace
 
 at::Tensor global_grad_norm(Group& world, const std::vector<NormShare>& shares, const at::Device& device) {
   at::Tensor total = at::zeros({1}, at::TensorOptions(at::kDouble).device(device));
   for (const NormShare& s : shares) {
-    if (s.sharded != nullptr) {
-      const auto [split, replicated] = segment_grads(s);
-      total += squared_norm(split, device);
-      if (s.tp_first) total += squared_norm(replicated, device);
+    if (s.sharded != nullptr) {  // this member's segments, of parameters split over TP and replicated
+      total += squared_norm(s.sharded->segment_grads(s.params->sharded), device);
+      if (s.tp_first) total += squared_norm(s.sharded->segment_grads(s.params->replicated), device);
       continue;
     }
     if (!s.dp_first) continue;

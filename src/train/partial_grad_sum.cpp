@@ -2,8 +2,6 @@
 
 #include <ATen/ATen.h>
 
-#include <unordered_set>
-
 #include "tp/partial_grads.hpp"
 
 namespace hetpar {
@@ -13,12 +11,7 @@ PartialGradSum::PartialGradSum(std::vector<at::Tensor> partial, Group& tp, const
   for (at::Tensor& p : partial) {
     if (p.requires_grad()) params_.push_back(std::move(p));
   }
-  if (!sharded_) return;
-  std::unordered_set<const void*> wanted;
-  for (const at::Tensor& p : params_) wanted.insert(p.unsafeGetTensorImpl());
-  for (const GradReducer::Segment& s : reducer->segments()) {
-    if (wanted.count(reducer->params()[s.param].unsafeGetTensorImpl()) > 0) segments_.push_back(s.grad);
-  }
+  if (sharded_) segments_ = reducer->segment_grads(params_);
 }
 
 void PartialGradSum::sum() {
