@@ -7,6 +7,8 @@
 #include <numeric>
 #include <thread>
 
+#include "dist/backend_factory.hpp"
+#include "metrics/cpu_tensor_memory.hpp"
 #include "tests/dist_harness.hpp"
 
 namespace hetpar::test {
@@ -79,6 +81,21 @@ HETPAR_WORKER(reduce_scatter) {
     for (int r : g->ranks()) sum += input_of(r);
     require(at::equal(out, sum.narrow(0, 2 * g->rank(), 2)), "{} my slice", g->name());
   }
+}
+
+// The memory model counts a copy of a reduce-scatter's input on Gloo
+// (dist/backend_factory.hpp); this is where that fact is checked, against
+// the tensors alive at the call's peak.
+HETPAR_WORKER(reduce_scatter_input_copy) {
+  require(install_cpu_tensor_counter(), "the tensor counter could not be installed");
+  const at::Tensor input = at::ones({1 << 18}, at::kFloat);  // 1 MiB
+  const size_t before = cpu_tensor_bytes_in_use();
+  reset_cpu_tensor_peak();
+  const at::Tensor out = rt.world().reduce_scatter(input);
+  const size_t beyond = cpu_tensor_peak_bytes() - before - out.nbytes();
+  const bool copied = beyond >= input.nbytes();
+  require(copied == reduce_scatter_copies_input("gloo"), "{} bytes beyond the output at the peak; input {}", beyond,
+          input.nbytes());
 }
 
 // Member i sends rows(i, j) rows to member j, each row (i, j, k); zeros included.
@@ -168,6 +185,10 @@ COLLECTIVE_TEST(all_to_all_v_empty_receiver)
 COLLECTIVE_TEST(broadcast)
 COLLECTIVE_TEST(send_recv)
 COLLECTIVE_TEST(barrier)
+
+TEST(GlooReduceScatter, CopiesItsInputAsTheMemoryModelSays) {
+  EXPECT_TRUE(all_ranks_succeeded(run_workers("reduce_scatter_input_copy", 2)));
+}
 
 INSTANTIATE_TEST_SUITE_P(Ranks, Collectives, ::testing::Values(2, 3, 4),
                          [](const auto& info) { return std::to_string(info.param) + "ranks"; });

@@ -87,6 +87,38 @@ TEST(MemoryModel, UnfusedGroupedQueryAttentionKeepsItsProbabilities) {
                    rank_memory(mha, MemoryAssumptions{4, 0, false})[0].activations);
 }
 
+// Past the loss, the backward's fullest moments (memory_model.cpp,
+// backward_transient), by hand for 128 tokens of hidden 64 and a small
+// vocabulary so that none of them is the logits'.
+TEST(MemoryModel, TheBackwardHoldsTheTopMlpsGradientsTheSpHeadsGatherAndTheCpuNormsCopies) {
+  const double t = 128, h = 64, v = 64;
+  const double final_norm = t * (4 * h + 4 + 4 * h), final_norm_bf16 = t * (4 * h + 4 + 2 * h);
+  // The top MLP's hidden gradients (two fp32 values a unit; three bf16 ones,
+  // with the input's gradient and a weight's), the residual's gradient, less
+  // the final norm's kept input and output.
+  const double f = 1024;
+  const RunConfig wide = tiny({"llm.vocab_size=64", "llm.ffn_hidden=1024"});
+  EXPECT_DOUBLE_EQ(rank_memory(wide, MemoryAssumptions{4, 0})[0].transient,
+                   2 * t * f * 4 + t * h * 4 - final_norm);
+  EXPECT_DOUBLE_EQ(rank_memory(wide, MemoryAssumptions{2, 0})[0].transient,
+                   3 * t * f * 2 + t * h * 2 + h * f * 2 + t * h * 4 - final_norm_bf16);
+  // Over TP 2 with a narrow MLP the loss's four copies lead, unless the
+  // norm's backward runs unfused (three fp32 values a token and unit).
+  const RunConfig tp2 = tiny({"llm.vocab_size=64", "layout.llm.tp=2"});
+  MemoryAssumptions cpu{4, 0};
+  EXPECT_DOUBLE_EQ(rank_memory(tp2, cpu)[0].transient, 4 * t * v / 2 * 4);
+  cpu.norm_backward_unfused = true;
+  EXPECT_DOUBLE_EQ(rank_memory(tp2, cpu)[0].transient, 3 * t * h * 4);
+  // Under SP the head's backward: the input's gradient and the input gathered
+  // again over the whole sequence, two parts, the weight's gradient; and a
+  // copy of the gradient where the reduce-scatter copies its input.
+  const RunConfig sp = tiny({"llm.vocab_size=64", "layout.llm.tp=2", "layout.llm.sp=true"});
+  const double head = 2 * t * h * 4 + 2 * t * h * 4 / 2 + v / 2 * h * 4;
+  EXPECT_DOUBLE_EQ(rank_memory(sp, MemoryAssumptions{4, 0})[0].transient, head);
+  cpu.reduce_scatter_copies_input = true;
+  EXPECT_DOUBLE_EQ(rank_memory(sp, cpu)[0].transient, head + t * h * 4);
+}
+
 TEST(MemoryModel, OneFOneBHoldsPpMinusStageMicroBatches) {
   const std::vector<RankMemory> ranks = rank_memory(tiny({"layout.llm.pp=4"}), MemoryAssumptions{4, 0});
   ASSERT_EQ(ranks.size(), 4u);
@@ -95,8 +127,10 @@ TEST(MemoryModel, OneFOneBHoldsPpMinusStageMicroBatches) {
   EXPECT_EQ(ranks[1].what, "llm stage 1");
   // Equal layers per stage: a middle stage's activations are its micro-batches' share.
   EXPECT_DOUBLE_EQ(ranks[1].activations / 3, ranks[2].activations / 2);
-  EXPECT_GT(ranks[3].transient, 0);
-  EXPECT_EQ(ranks[0].transient, 0);
+  // The last stage's transient is the loss's (3 copies of the logits); a
+  // stage before it holds its top MLP's gradients and the gradient it received.
+  EXPECT_DOUBLE_EQ(ranks[3].transient, 3.0 * 4 * 128 * 512);
+  EXPECT_DOUBLE_EQ(ranks[0].transient, 2.0 * 128 * 192 * 4 + 128.0 * 64 * 4);
 }
 
 TEST(MemoryModel, TheScheduleSetsHowManyMicroBatchesOfEncoderWorkWait) {

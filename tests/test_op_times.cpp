@@ -8,6 +8,7 @@
 
 #include "config/run_config.hpp"
 #include "metrics/prediction_order.hpp"
+#include "plan/memory_model.hpp"
 #include "plan/op_times.hpp"
 #include "plan/profile.hpp"
 #include "tests/plan_fixtures.hpp"
@@ -57,6 +58,23 @@ TEST(Profile, ACollectiveTakesLatencyPlusBytesOverBandwidth) {
   EXPECT_DOUBLE_EQ(unfitted.collective_seconds("all_gather", 4, 2 * 1048576.0), 6e-3);
 }
 
+// What the device's kernels and backend hold at once, for the memory model:
+// absent (a published profile) means fused kernels and no copies.
+TEST(Profile, StatesWhatTheDevicesBackwardHoldsForTheMemoryModel) {
+  json j = flat_profile(1e9, 2);
+  const Profile published = Profile::from_json(j, "test");
+  EXPECT_FALSE(published.norm_backward_unfused());
+  EXPECT_FALSE(published.reduce_scatter_copies_input());
+  j["norm_backward_unfused"] = true;
+  j["reduce_scatter_copies_input"] = true;
+  const Profile cpu = Profile::from_json(j, "test");
+  EXPECT_TRUE(cpu.norm_backward_unfused());
+  EXPECT_TRUE(cpu.reduce_scatter_copies_input());
+  const MemoryAssumptions assumed = memory_assumptions(cpu);  // what the planner and sweeps pass on
+  EXPECT_TRUE(assumed.norm_backward_unfused);
+  EXPECT_TRUE(assumed.reduce_scatter_copies_input);
+}
+
 TEST(Profile, BadProfilesAreRefusedNamingTheProblem) {
   const auto refused = [](const json& j, const std::string& says) {
     try {
@@ -72,6 +90,9 @@ TEST(Profile, BadProfilesAreRefusedNamingTheProblem) {
   refused(no_gemm, "p.json: no \"gemm\" measurements");
   json negative = flat_profile(-1, 2);
   refused(negative, "\"flops_per_second\" must be a positive number");
+  json not_a_flag = flat_profile(1e9, 2);
+  not_a_flag["norm_backward_unfused"] = "yes";
+  refused(not_a_flag, "p.json: \"norm_backward_unfused\" must be true or false");
   try {
     Profile::load("/nonexistent/profile.json");
     ADD_FAILURE() << "a missing file was accepted";

@@ -11,12 +11,14 @@
 #include <thread>
 
 #include "cli/job_command.hpp"
+#include "dist/backend_factory.hpp"
 #include "dist/device.hpp"
 #include "dist/launch_env.hpp"
 #include "launch/local_launcher.hpp"
 #include "launch/local_limits.hpp"
 #include "metrics/compute_peak.hpp"
 #include "model/attention.hpp"
+#include "model/norms.hpp"
 #include "plan/calibration.hpp"
 #include "util/build_info.hpp"
 #include "util/durable_file.hpp"
@@ -280,6 +282,8 @@ int run_calibrate(const CalibrateArgs& args) {
                          {"reserved_bytes", ranks_part.at("resident_bytes")}};
   }
   profile["attention_keeps_probabilities"] = grouped_query_attention_keeps_probabilities(options.device);
+  profile["norm_backward_unfused"] = rms_norm_backward_is_unfused(options.device);
+  profile["reduce_scatter_copies_input"] = reduce_scatter_copies_input(gpu ? "nccl" : "gloo");
   write_file_atomic(args.out, profile.dump(2) + "\n");
   log_info("{}", summary_text(profile));
   log_info("calibrate: wrote {} in {:.0f} s", args.out, profile["measured"]["seconds"].get<double>());

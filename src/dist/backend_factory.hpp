@@ -16,6 +16,10 @@ c10::intrusive_ptr<c10d::Backend> make_gloo_backend(const c10::intrusive_ptr<c10
                                                     int rank, int size,
                                                     std::chrono::milliseconds timeout,
                                                     const std::string& master_addr);
+// Whether `backend` ("gloo", "nccl") copies a reduce-scatter's input before
+// reducing it: Gloo's does (its reduce_scatter_single clones the input), a
+// transient the memory model counts; NCCL reduces from the input itself.
+bool reduce_scatter_copies_input(const std::string& backend);
 // "2.28.9": the NCCL this process loaded (its own library, not a header's).
 std::string nccl_version();
 

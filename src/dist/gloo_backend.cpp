@@ -23,4 +23,6 @@ c10::intrusive_ptr<c10d::Backend> make_gloo_backend(const c10::intrusive_ptr<c10
   return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options);
 }
 
+bool reduce_scatter_copies_input(const std::string& backend) { return backend == "gloo"; }
+
 }  // namespace hetpar

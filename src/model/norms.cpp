@@ -44,8 +44,10 @@ struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
 }  // namespace
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
-  if (x.is_cuda()) return at::rms_norm(x, {weight.size(0)}, weight, eps);
+  if (!rms_norm_backward_is_unfused(x.device())) return at::rms_norm(x, {weight.size(0)}, weight, eps);
   return RmsNormFunction::apply(x, weight, eps);
 }
+
+bool rms_norm_backward_is_unfused(const at::Device& device) { return !device.is_cuda(); }
 
 }  // namespace hetpar

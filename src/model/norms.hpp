@@ -17,6 +17,9 @@ namespace hetpar {
 // (measured on the CPU: 2 x 4 x hidden bytes a token and layer); there an
 // autograd function of hetpar's recomputes them in its backward instead.
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
+// Whether rms_norm's backward on `device` is hetpar's, in separate ops whose
+// results it holds at once (the memory model counts them), or a fused kernel.
+bool rms_norm_backward_is_unfused(const at::Device& device);
 
 class RMSNorm : public torch::nn::Module {
  public:

@@ -102,6 +102,46 @@ double recompute_transient(const Part& p, double layer_bytes, double residual, i
   return std::max({0.0, top, first});
 }
 
+// What a stage's backward holds beyond its saved activations at its fullest
+// moments past the loss. Measured by which tensors were alive at the tensor peak
+// against those alive when the backward began (one to two CPU ranks, hidden
+// 512, ffn 1536 and 3072, 2048 tokens, fp32 and bf16):
+// - the top layer's MLP (every stage): gradients of its hidden values, in
+//   fp32 two a hidden unit (the product's and its two factors', less the
+//   product, freed by the down projection's backward), in bf16 three (the
+//   fused gate and up projection's gradient and a factor's, at that
+//   projection's backward, with its input's gradient and a weight's bf16
+//   gradient); the residual stream's gradient coming in; with the top layer
+//   recomputed, its work made again; less the final norm's kept input and
+//   output on the last stage (`final_norm` bytes: the head's and the norm's
+//   backwards freed them);
+// - under sequence parallelism, the head's backward on the last stage: its
+//   input's gradient over the whole sequence, the input gathered again, the
+//   gradient's and the kept part's sequence parts, the head's weight
+//   gradient, and a copy of the gradient where the backend's reduce-scatter
+//   copies its input (Gloo);
+// - where RMSNorm's backward runs as separate ops (the CPU,
+//   model/norms.hpp), the final norm's on the last stage: three fp32 values
+//   a token and hidden unit in fp32 (the incoming gradient, the normalised
+//   input, a product), four in bf16 (the gradient's fp32 copy too).
+struct BackwardShape {
+  double tokens, hidden, ffn_local, vocab_local, residual, final_norm, recomputed_top_layer;
+  int tp, split;
+  bool last;
+};
+double backward_transient(const BackwardShape& b, const MemoryAssumptions& a) {
+  const double eb = a.element_bytes, t = b.tokens, h = b.hidden, f = b.ffn_local;
+  const bool low = eb < kFp32;
+  const double hidden_grads = t * f * eb * (low ? 3 : 2) + (low ? t * h * eb + h * f * eb : 0);
+  double most = b.recomputed_top_layer + b.residual + hidden_grads - b.final_norm;
+  if (b.last && b.split > 1) {
+    const double whole = t * h * eb * (2 + (a.reduce_scatter_copies_input ? 1 : 0));
+    most = std::max(most, whole + 2 * t * h * eb / b.tp + b.vocab_local * h * eb);
+  }
+  if (b.last && a.norm_backward_unfused) most = std::max(most, (low ? 4 : 3) * t * h * kFp32 / b.split);
+  return std::max(0.0, most);
+}
+
 // The LLM's stage `s` on one rank: its layers' state, its activations for
 // `in_flight` micro-batches, and on the last stage the logits.
 Part llm_part(const RunConfig& c, int s, int64_t in_flight, const MemoryAssumptions& a) {
@@ -149,7 +189,11 @@ Part llm_part(const RunConfig& c, int s, int64_t in_flight, const MemoryAssumpti
   // head made, which are still held: half a copy more.
   const double logits_copies = lay.tp > 1 ? 4 + (a.element_bytes < kFp32 ? 0.5 : 0) : 3;
   if (last) p.transient = logits_copies * kFp32 * tokens * vocab / lay.tp;
-  // The loss's copies are gone before the first recomputed layer's backward.
+  // The loss's copies are gone before the layers' backward begins.
+  BackwardShape backward{tokens, h, double(l.ffn_hidden) / lay.tp, vocab / lay.tp, residual, 0,
+                         recomputed == layers.count ? layer_bytes : 0, lay.tp, lay.sequence_parts(), last};
+  if (last) backward.final_norm = tokens * norm_bytes_per_token(h, 1, a.element_bytes, lay.sequence_parts());
+  p.transient = std::max(p.transient, backward_transient(backward, a));
   if (recomputed > 0) {
     const double above = (params - blocks / double(l.layers) - (s == 0 ? vocab * h : 0)) / lay.tp * kFp32;
     const double copies = bucket_copies_bytes(c, lay.dp * lay.cp, above);
@@ -225,7 +269,8 @@ int64_t most_images_per_sample(const RunConfig& c) {
 }
 
 MemoryAssumptions memory_assumptions(const Profile& profile) {
-  return {profile.element_bytes(), profile.reserved_bytes(), profile.attention_keeps_probabilities()};
+  return {profile.element_bytes(), profile.reserved_bytes(), profile.attention_keeps_probabilities(),
+          profile.norm_backward_unfused(), profile.reduce_scatter_copies_input()};
 }
 
 std::vector<RankMemory> rank_memory(const RunConfig& c, const MemoryAssumptions& a) {

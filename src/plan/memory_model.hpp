@@ -52,6 +52,8 @@ struct MemoryAssumptions {
   double element_bytes = 4;   // an activation value
   double reserved_bytes = 0;  // a rank's runtime
   bool attention_keeps_probabilities = false;  // unfused grouped-query attention (CPU)
+  bool norm_backward_unfused = false;          // RMSNorm's backward as separate ops (CPU)
+  bool reduce_scatter_copies_input = false;    // the backend copies a reduce-scatter's input (Gloo)
 };
 MemoryAssumptions memory_assumptions(const Profile& profile);
 

@@ -70,7 +70,15 @@ Profile Profile::from_json(const nlohmann::json& j, const std::string& origin) {
   p.peak_flops_ = optional_number("peak_flops_per_second", 0);
   p.gpus_per_node_ = static_cast<int>(optional_number("gpus_per_node", 0));
   if (p.gpus_per_node_ > 0) p.cores_ = 0;  // a device per rank: no cores shared
-  p.attention_keeps_probabilities_ = j.value("attention_keeps_probabilities", false);
+  const auto optional_flag = [&](const char* key) {
+    const auto it = j.find(key);
+    if (it == j.end()) return false;
+    if (!it->is_boolean()) throw std::runtime_error(origin + ": \"" + key + "\" must be true or false");
+    return it->get<bool>();
+  };
+  p.attention_keeps_probabilities_ = optional_flag("attention_keeps_probabilities");
+  p.norm_backward_unfused_ = optional_flag("norm_backward_unfused");
+  p.reduce_scatter_copies_input_ = optional_flag("reduce_scatter_copies_input");
   if (const auto shared = j.find("shared_cores"); shared != j.end()) {
     const double e = positive(*shared, "efficiency", origin + ": shared_cores");
     if (e > 1) throw std::runtime_error(origin + ": shared_cores: \"efficiency\" must be at most 1");

@@ -80,6 +80,11 @@ class Profile {
   // Whether attention keeps its (heads x keys) probabilities for the backward
   // (an unfused kernel: the CPU's with grouped-query heads) or not (a fused one).
   bool attention_keeps_probabilities() const { return attention_keeps_probabilities_; }
+  // Whether RMSNorm's backward runs as separate ops, each result held (the
+  // CPU's), and whether the backend copies a reduce-scatter's input before
+  // reducing it (Gloo's): both add to a backward's transient memory.
+  bool norm_backward_unfused() const { return norm_backward_unfused_; }
+  bool reduce_scatter_copies_input() const { return reduce_scatter_copies_input_; }
 
  private:
   struct Gemm { double log_m, log_n, log_k, flops_per_second, backward_flops_per_second; };
@@ -111,6 +116,7 @@ class Profile {
   int gpus_per_node_ = 0;
   double memory_bytes_ = 0, reserved_bytes_ = 0;
   bool memory_shared_ = false, attention_keeps_probabilities_ = false;
+  bool norm_backward_unfused_ = false, reduce_scatter_copies_input_ = false;
 };
 
 }  // namespace hetpar
