@@ -119,6 +119,32 @@ TEST(MemoryModel, TheBackwardHoldsTheTopMlpsGradientsTheSpHeadsGatherAndTheCpuNo
   EXPECT_DOUBLE_EQ(rank_memory(sp, cpu)[0].transient, head + t * h * 4);
 }
 
+// A module whose every micro-batch of the step is in flight at once runs
+// all its forwards before its first backward, and the step's gradients are
+// dropped after it: its activations' peak comes with no gradient.
+TEST(MemoryModel, WithEveryForwardFirstNoGradientIsMadeAtThePeak) {
+  const RunConfig one = tiny({"data.global_batch_size=1"});  // one micro-batch a step
+  const RankMemory r = rank_memory(one, MemoryAssumptions{4, 0})[0];
+  const double trainable = double(llm_parameters(one.llm) + encoder_parameters(one.encoder) +
+                                  projector_parameters(one.encoder, one.llm));
+  EXPECT_NEAR(r.unmade_gradients, 4 * trainable, 1e-9 * trainable);
+  EXPECT_DOUBLE_EQ(r.total(), r.state - r.unmade_gradients + r.activations + r.transient);
+  // Sharded, the kept share of the sum stays between steps: the same 4 bytes a parameter are unmade.
+  const RankMemory sharded =
+      rank_memory(tiny({"data.global_batch_size=2", "layout.llm.dp=2", "optim.shard_state=true"}), MemoryAssumptions{4, 0})[0];
+  EXPECT_NEAR(sharded.unmade_gradients, 4 * trainable, 1e-9 * trainable);
+  // Two micro-batches on one rank: the second's forward follows the first's backward.
+  EXPECT_EQ(rank_memory(tiny({"data.global_batch_size=2"}), MemoryAssumptions{4, 0})[0].unmade_gradients, 0);
+  // 1F1B over 4 stages and 4 micro-batches: the first stage holds all four, the second three.
+  const std::vector<RankMemory> pp4 = rank_memory(tiny({"layout.llm.pp=4", "data.global_batch_size=4"}), MemoryAssumptions{4, 0});
+  EXPECT_GT(pp4[0].unmade_gradients, 0);
+  EXPECT_EQ(pp4[1].unmade_gradients, 0);
+  // Where the gradients outweigh the activations, the optimizer's moment (the whole state) is the peak.
+  RankMemory light;
+  light.state = 100, light.unmade_gradients = 40, light.activations = 10, light.transient = 5, light.reserved = 1;
+  EXPECT_DOUBLE_EQ(light.total(), 101);
+}
+
 TEST(MemoryModel, OneFOneBHoldsPpMinusStageMicroBatches) {
   const std::vector<RankMemory> ranks = rank_memory(tiny({"layout.llm.pp=4"}), MemoryAssumptions{4, 0});
   ASSERT_EQ(ranks.size(), 4u);

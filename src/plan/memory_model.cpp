@@ -13,9 +13,14 @@ constexpr double kFp32 = 4;
 
 struct Part {
   std::string what;
-  double state = 0, activations = 0, transient = 0;
+  double state = 0, activations = 0, transient = 0, unmade_gradients = 0;
   int64_t in_flight = 0;
 };
+
+// Whether a module holding `in_flight` micro-batches runs all the step's
+// forwards before its first backward: its gradients are then not made yet
+// at its activations' peak (RankMemory::unmade_gradients).
+bool every_forward_first(const RunConfig& c, int64_t in_flight) { return in_flight >= micro_batches_per_step(c); }
 
 // Bytes a transformer layer saves for its backward, per token on a rank of
 // tensor-parallel size `tp` (the inputs of column-parallel matmuls are
@@ -124,21 +129,27 @@ double recompute_transient(const Part& p, double layer_bytes, double residual, i
 //   model/norms.hpp), the final norm's on the last stage: three fp32 values
 //   a token and hidden unit in fp32 (the incoming gradient, the normalised
 //   input, a product), four in bf16 (the gradient's fp32 copy too).
+// Where the stage's gradients are not made before its backward
+// (`gradients_unmade`), each moment also holds those made before it: the
+// head's (last stage) and, at the MLP, the final norm's and the down
+// projection's.
 struct BackwardShape {
   double tokens, hidden, ffn_local, vocab_local, residual, final_norm, recomputed_top_layer;
   int tp, split;
-  bool last;
+  bool last, gradients_unmade;
 };
 double backward_transient(const BackwardShape& b, const MemoryAssumptions& a) {
   const double eb = a.element_bytes, t = b.tokens, h = b.hidden, f = b.ffn_local;
   const bool low = eb < kFp32;
+  const double head_grad = b.gradients_unmade && b.last ? b.vocab_local * h * kFp32 : 0;
+  const double mlp_made = b.gradients_unmade ? head_grad + (b.last ? h * kFp32 : 0) + f * h * kFp32 : 0;
   const double hidden_grads = t * f * eb * (low ? 3 : 2) + (low ? t * h * eb + h * f * eb : 0);
-  double most = b.recomputed_top_layer + b.residual + hidden_grads - b.final_norm;
+  double most = b.recomputed_top_layer + b.residual + hidden_grads - b.final_norm + mlp_made;
   if (b.last && b.split > 1) {
     const double whole = t * h * eb * (2 + (a.reduce_scatter_copies_input ? 1 : 0));
-    most = std::max(most, whole + 2 * t * h * eb / b.tp + b.vocab_local * h * eb);
+    most = std::max(most, whole + 2 * t * h * eb / b.tp + b.vocab_local * h * eb + head_grad);
   }
-  if (b.last && a.norm_backward_unfused) most = std::max(most, (low ? 4 : 3) * t * h * kFp32 / b.split);
+  if (b.last && a.norm_backward_unfused) most = std::max(most, (low ? 4 : 3) * t * h * kFp32 / b.split + head_grad);
   return std::max(0.0, most);
 }
 
@@ -158,6 +169,8 @@ Part llm_part(const RunConfig& c, int s, int64_t in_flight, const MemoryAssumpti
   Part p;
   p.what = "llm stage " + std::to_string(s);
   p.state = parameter_state_bytes(params / lay.tp, true, optimizer_shard_group(c, lay.dp * lay.cp));
+  const bool unmade = every_forward_first(c, in_flight);
+  if (unmade) p.unmade_gradients = step_gradient_bytes(params / lay.tp, true);
   const double read_by_matmuls = params - (s == 0 ? vocab * h : 0);  // all but the embedding table
   p.state += step_copy_bytes(a) * read_by_matmuls / lay.tp;
   p.in_flight = in_flight;
@@ -191,7 +204,7 @@ Part llm_part(const RunConfig& c, int s, int64_t in_flight, const MemoryAssumpti
   if (last) p.transient = logits_copies * kFp32 * tokens * vocab / lay.tp;
   // The loss's copies are gone before the layers' backward begins.
   BackwardShape backward{tokens, h, double(l.ffn_hidden) / lay.tp, vocab / lay.tp, residual, 0,
-                         recomputed == layers.count ? layer_bytes : 0, lay.tp, lay.sequence_parts(), last};
+                         recomputed == layers.count ? layer_bytes : 0, lay.tp, lay.sequence_parts(), last, unmade};
   if (last) backward.final_norm = tokens * norm_bytes_per_token(h, 1, a.element_bytes, lay.sequence_parts());
   p.transient = std::max(p.transient, backward_transient(backward, a));
   if (recomputed > 0) {
@@ -215,6 +228,9 @@ Part encoder_part(const RunConfig& c, int s, int64_t in_flight, double images, c
   p.what = "encoder stage " + std::to_string(s);
   const double params = (blocks * double(layers.count) / double(e.layers) + (first ? embedding : 0)) / lay.tp;
   p.state = parameter_state_bytes(params, !e.frozen, optimizer_shard_group(c, lay.dp * lay.cp));
+  if (every_forward_first(c, in_flight)) {
+    p.unmade_gradients = step_gradient_bytes(params, !e.frozen);
+  }
   if (!e.frozen) p.state += step_copy_bytes(a) * params;  // a frozen weight is cast afresh at each use
   const double eb = a.element_bytes;
   const double layer_bytes = patches * encoder_bytes_per_patch(e, lay.tp, eb);
@@ -227,6 +243,9 @@ Part encoder_part(const RunConfig& c, int s, int64_t in_flight, double images, c
   if (last) {
     const double projector = double(projector_parameters(e, c.llm)) / lay.tp;
     p.state += parameter_state_bytes(projector, true, optimizer_shard_group(c, lay.dp * lay.cp)) + step_copy_bytes(a) * projector;
+    if (every_forward_first(c, in_flight)) {
+      p.unmade_gradients += step_gradient_bytes(projector, true);
+    }
     bytes += projector_bytes;
   }
   // A frozen encoder saves nothing below its projector: no backward runs through it.
@@ -257,6 +276,7 @@ RankMemory rank_of(const Part& a, const Part* b, int ranks, double reserved) {
   r.state = a.state + (b ? b->state : 0);
   r.activations = a.activations + (b ? b->activations : 0);
   r.transient = std::max(a.transient, b ? b->transient : 0);  // the two modules' backwards do not overlap
+  r.unmade_gradients = a.unmade_gradients + (b ? b->unmade_gradients : 0);
   r.reserved = reserved;
   r.micro_batches_in_flight = std::max(a.in_flight, b ? b->in_flight : 0);
   return r;

@@ -12,6 +12,7 @@
 // profile (MemoryAssumptions).
 #pragma once
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -27,8 +28,17 @@ struct RankMemory {
   double activations = 0;  // saved for the backward, every micro-batch in flight
   double transient = 0;    // the largest short-lived part: the logits and their gradient (last LLM stage), or a recomputed layer's work
   double reserved = 0;     // the runtime's own
+  // Gradients the state counts that do not exist yet at the activations'
+  // peak: a module whose every micro-batch of the step is in flight at once
+  // runs all its forwards before its first backward, and gradients are
+  // dropped after each step (train/fused_adamw.hpp), so its peak comes with
+  // none; the optimizer's moment (the whole state, no activations) may then
+  // be the larger.
+  double unmade_gradients = 0;
   int64_t micro_batches_in_flight = 0;  // the most this rank holds (its modules' largest)
-  double total() const { return state + activations + transient + reserved; }
+  double total() const {
+    return reserved + std::max(state, state - unmade_gradients + activations + transient);
+  }
 };
 
 // Bytes a parameter holds on every device and precision: fp32 weight,
@@ -47,6 +57,9 @@ inline double parameter_state_bytes(double parameters, bool trainable, int shard
   if (!trainable) return parameters * 4;
   return parameters * (shard_group > 1 ? 8 + 12.0 / shard_group : 16);
 }
+// Of those, what a step makes and drops: the fp32 .grad, sharded or not (a
+// sharded rank's kept share of the sum stays between steps).
+inline double step_gradient_bytes(double parameters, bool trainable) { return trainable ? 4 * parameters : 0; }
 
 struct MemoryAssumptions {
   double element_bytes = 4;   // an activation value

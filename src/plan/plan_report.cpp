@@ -63,6 +63,7 @@ nlohmann::json candidate_json(const PlanCandidate& c) {
                       {"fullest_rank_bytes", {{"state", c.fullest.state},
                                               {"activations", c.fullest.activations},
                                               {"transient", c.fullest.transient},
+                                              {"unmade_gradients", c.fullest.unmade_gradients},
                                               {"reserved", c.fullest.reserved}}},
                       {"critical_rank", c.step.critical},
                       {"phases", phases_json(c.step.phases)}};
