@@ -43,9 +43,11 @@ void EncoderStage::forward(int64_t micro) {
   }
   if (last) {
     auto timed = ctx_.timer.measure(Phase::kBoundaryForward);
-    for (Group::Pending& p : f.exchange->post_forward(f.output, data_tag(Channel::kBoundary, micro))) sends_.push_back(std::move(p));
+    for (Group::Pending& p : f.exchange->post_forward(f.output, data_tag(Channel::kBoundary, micro))) {
+      forward_sends_[micro].push_back(std::move(p));
+    }
   } else if (f.images > 0) {
-    sends_.push_back(p2p_group(ctx_, Channel::kEncoderStages, false)
+    forward_sends_[micro].push_back(p2p_group(ctx_, Channel::kEncoderStages, false)
                          .isend(f.output.detach().to(at::kFloat).contiguous(), stage_peer(ctx_.groups.encoder(), +1),
                                 data_tag(Channel::kEncoderStages, micro)));
   }
@@ -71,6 +73,11 @@ void EncoderStage::backward(int64_t micro) {
     p2p_group(ctx_, Channel::kEncoderStages, true).recv(grad, stage_peer(ctx_.groups.encoder(), +1), gradient_tag(Channel::kEncoderStages, micro));
   }
   if (grad.defined()) {
+    // Every receiver of this micro-batch's rows sent their gradient after taking them: its sends are done.
+    if (const auto sent = forward_sends_.find(micro); sent != forward_sends_.end()) {
+      for (Group::Pending& p : sent->second) p.wait();
+      forward_sends_.erase(sent);
+    }
     auto timed = ctx_.timer.measure(Phase::kEncoderBackward);
     before_encoder_backward(ctx_, micro);
     backward_if_graph(f.output, grad.to(f.output.scalar_type()));
@@ -85,6 +92,10 @@ void EncoderStage::backward(int64_t micro) {
 
 void EncoderStage::finish() {
   auto timed = ctx_.timer.measure(Phase::kWait);
+  for (auto& [micro, sends] : forward_sends_) {
+    for (Group::Pending& p : sends) p.wait();
+  }
+  forward_sends_.clear();
   for (Group::Pending& p : sends_) p.wait();
   sends_.clear();
   in_flight_.clear();  // forward only, the exchanges kept until now

@@ -43,6 +43,10 @@ class EncoderStage {
   int stages_;
   bool trains_;  // the encoder is not frozen: gradients flow between its stages
   std::map<int64_t, InFlight> in_flight_;
+  // Each micro-batch's forward sends, held until its gradient comes back
+  // (its receivers have taken them by then), not to the step's end: a send
+  // holds a copy of the rows. Gradient sends wait in sends_ until finish().
+  std::map<int64_t, std::vector<Group::Pending>> forward_sends_;
   std::vector<Group::Pending> sends_;
 };
 
