@@ -2,9 +2,9 @@
 // - against the tensor peak (the counting allocator's,
 //   metrics/cpu_tensor_memory.hpp: what a GPU's caching allocator reports),
 //   with no reserved part: state, activations and the loss's logits alone,
-//   in one rank, a pipeline, non-colocated, TP (also sequence parallel), CP
-//   and an activation-heavy shape, in fp32 and bf16, and what sequence
-//   parallelism saves;
+//   on every kind of rank of one rank, a pipeline, colocated and
+//   non-colocated, TP (also sequence parallel), CP and an activation-heavy
+//   shape, in fp32 and bf16, and what sequence parallelism saves;
 // - against the peak resident memory: the reserved part taken from the
 //   smallest run (the runtime alone, in effect), the model must then predict
 //   larger runs' fullest rank within kRssBound.
@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "config/run_config.hpp"
 #include "dist/backend_factory.hpp"
@@ -27,18 +28,16 @@
 namespace hetpar::test {
 namespace {
 
-// Measured 2026-12-07 on a CPU without bf16 units: -0.7 % to +0.0 % where
-// the logits set the peak; in the activation-heavy cases, where the
-// backward's transients do (memory_model.cpp, backward_transient), -0.1 % to
-// -0.5 % keeping the activations or recomputing them (fp32 and bf16), -0.8 %
-// and -0.9 % with recompute at DP 2 (the gradient buckets' copies counted),
-// -1.3 % and -1.4 % (fp32) and -0.9 % (bf16) under sequence parallelism,
-// whose peak moves by 2 MiB from run to run; one micro-batch a step -0.2 %
-// to +0.4 % (+10 % to +17 % when the gradients were counted at a peak that
-// comes before any is made). Left uncounted: small tensors
-// (a row's statistics, masks, the targets), 1 to 2 MiB. Without the
-// backward's transients the ffn 3072 and SP cases were 3.5 % to 4.1 % under:
-// the bound catches that.
+// Every kind of rank (parallel/rank_parts.hpp) is checked against its own
+// measured peak, not only the fullest. Measured 2026-12-07 on a CPU with
+// bf16 units (avx512_bf16): fp32 -1.6 % to +0.0 % on every kind of rank;
+// bf16 -0.5 % to +2.4 %, the activation-heavy cases over (on a CPU without
+// bf16 units the day before they read -0.9 % to +0.4 %: the library's bf16
+// kernels hold less here). Before this change the pipeline's first stage
+// read -18 % recomputing (its peak is in the last backward, with every
+// gradient made) and the non-colocated encoder rank -5 % to -16 % (its
+// rows held for the boundary). Left uncounted: small tensors (a row's
+// statistics, masks, the targets), 1 to 2 MiB.
 constexpr double kTensorBound = 0.03;
 
 // Measured peak resident memory runs 9-11% above the model in these runs
@@ -55,8 +54,14 @@ const std::vector<std::string> kLarger = {
     "llm.vocab_size=16000", "llm.seq_len=256", "data.micro_batch_size=4", "data.global_batch_size=8",
     "llm.layers=4"};
 
-// The largest `field` (MiB in steps.jsonl) over `steps` steps of tiny.toml with `sets`, in bytes.
-double measured_peak(const std::string& tag, const std::vector<std::string>& sets, const char* field, int steps) {
+// The largest `field` (MiB in steps.jsonl) over `steps` steps of tiny.toml
+// with `sets`, in bytes, and the largest tensor peak of each part of the
+// ranks (parallel/rank_parts.hpp).
+struct MeasuredPeaks {
+  double peak = 0;
+  std::map<std::string, double> tensor_by_part;
+};
+MeasuredPeaks measured_peaks(const std::string& tag, const std::vector<std::string>& sets, const char* field, int steps) {
   const std::string dir = ::testing::TempDir() + "/memory_" + tag + "_" + std::to_string(getpid());
   std::filesystem::remove_all(dir);
   std::string command =
@@ -65,12 +70,21 @@ double measured_peak(const std::string& tag, const std::vector<std::string>& set
   const auto [code, out] = run_command(command);
   EXPECT_EQ(code, 0) << out;
   std::ifstream file(dir + "/steps.jsonl");
-  double peak = 0;
+  MeasuredPeaks measured;
   for (std::string line; std::getline(file, line);) {
-    peak = std::max(peak, nlohmann::json::parse(line)[field].get<double>());
+    const nlohmann::json step = nlohmann::json::parse(line);
+    measured.peak = std::max(measured.peak, step[field].get<double>() * (1 << 20));
+    const nlohmann::json by_part = step.value("peak_tensor_mib_by_part", nlohmann::json::object());
+    for (const auto& [what, mib] : by_part.items()) {
+      double& peak = measured.tensor_by_part[what];
+      peak = std::max(peak, mib.get<double>() * (1 << 20));
+    }
   }
   std::filesystem::remove_all(dir);
-  return peak * (1 << 20);
+  return measured;
+}
+double measured_peak(const std::string& tag, const std::vector<std::string>& sets, const char* field, int steps) {
+  return measured_peaks(tag, sets, field, steps).peak;
 }
 
 // What calibrate says of this machine's CPU and Gloo, `element_bytes` an activation value.
@@ -114,7 +128,11 @@ std::vector<std::string> activation_heavy(const std::vector<std::string>& sets) 
 const MemoryCase kCases[] = {
     {"one_rank", {}},
     {"llm_pp2", {"layout.llm.pp=2"}},
-    {"non_colocated", {"layout.placement=\"non-colocated\"", "layout.encoder.dp=1"}},
+    // Every sample at its most images, as the model counts the encoder's rank.
+    {"non_colocated", {"layout.placement=\"non-colocated\"", "layout.encoder.dp=1", "data.images_min=3"}},
+    {"non_colocated_run_ahead1",
+     {"layout.placement=\"non-colocated\"", "layout.encoder.dp=1", "data.images_min=3", "layout.run_ahead=1"}},
+    {"colocated_pp2", {"layout.placement=\"colocated\"", "layout.llm.pp=2", "layout.encoder.dp=2", "data.images_min=3"}},
     {"tp2", {"layout.llm.tp=2"}},
     {"cp2", {"layout.llm.cp=2"}},
     {"dp2", {"layout.llm.dp=2", "data.global_batch_size=16"}},
@@ -146,19 +164,24 @@ const MemoryCase kCases[] = {
 // the second's; a third step repeats the second (within 0.1 %).
 class TensorPeak : public ::testing::TestWithParam<std::tuple<MemoryCase, const char*>> {};
 
-TEST_P(TensorPeak, IsPredictedWithinTheBound) {
+TEST_P(TensorPeak, IsPredictedWithinTheBoundOnEveryKindOfRank) {
   const auto& [memory_case, precision] = GetParam();
   const MemoryAssumptions cpu = cpu_assumptions(std::string(precision) == "bf16" ? 2.0 : 4.0);
   std::vector<std::string> sets = kLarger;
   sets.insert(sets.end(), memory_case.sets.begin(), memory_case.sets.end());
   sets.push_back("run.precision=\"" + std::string(precision) + "\"");
   const RunConfig config = load_run_config(kTiny, sets);
-  const RankMemory predicted = fullest_rank(rank_memory(config, cpu));
+  const std::vector<RankMemory> predicted = rank_memory(config, cpu);
   const std::string name = std::string(memory_case.name) + "_" + precision;
-  const double measured = measured_peak(name, sets, "peak_tensor_mib", 2);
-  const double error = predicted.total() / measured - 1;
-  print_comparison(name, measured, predicted, error);
-  EXPECT_LE(std::abs(error), kTensorBound) << name;
+  const MeasuredPeaks measured = measured_peaks(name, sets, "peak_tensor_mib", 2);
+  ASSERT_EQ(measured.tensor_by_part.size(), predicted.size()) << name;
+  for (const RankMemory& part : predicted) {
+    const auto it = measured.tensor_by_part.find(part.what);
+    ASSERT_NE(it, measured.tensor_by_part.end()) << name << ": no measured peak for " << part.what;
+    const double error = part.total() / it->second - 1;
+    print_comparison(name, it->second, part, error);
+    EXPECT_LE(std::abs(error), kTensorBound) << name << ", " << part.what;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(MemoryModel, TensorPeak,

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "metrics/model_flops.hpp"
+#include "parallel/rank_parts.hpp"
 #include "plan/memory_model.hpp"
 #include "tests/plan_fixtures.hpp"
 
@@ -178,6 +179,59 @@ TEST(MemoryModel, TheScheduleSetsHowManyMicroBatchesOfEncoderWorkWait) {
   EXPECT_EQ(apart[0].micro_batches_in_flight, 3);
   EXPECT_EQ(apart[1].micro_batches_in_flight, 1);
   EXPECT_GT(apart[1].state, apart[0].state);  // the LLM holds more parameters than the encoder here
+}
+
+// Where a stage's every forward comes first and the step has more than one
+// micro-batch, its last backward runs with every gradient made by the ones
+// before it and one micro-batch's activations left: recomputing, with few
+// activations kept, the peak comes there.
+TEST(MemoryModel, TheLastBackwardHoldsEveryGradient) {
+  const std::vector<RankMemory> pp2 =
+      rank_memory(tiny({"layout.llm.pp=2", "data.global_batch_size=2", "run.recompute=\"full\""}), MemoryAssumptions{4, 0});
+  const RankMemory& first = pp2[0];
+  ASSERT_EQ(first.micro_batches_in_flight, 2);
+  ASSERT_GT(first.unmade_gradients, 0);
+  EXPECT_GE(first.total(), first.state + first.activations / 2);
+  // Its bottom layer's work made again, beside every gradient, outweighs the other micro-batch's inputs, freed.
+  EXPECT_GT(first.transient, first.unmade_gradients);
+}
+
+// A non-colocated encoder's last stage keeps each micro-batch's rows and
+// their send copy (two LLM-wide rows a token), and its backward holds the
+// received gradient's buffer and rows, or the gradient, its input's and
+// the projector's output weight's new gradient (fp32, after its bf16 one).
+TEST(MemoryModel, TheNonColocatedEncoderHoldsItsRowsAndTheirGradient) {
+  const RunConfig c = tiny({"layout.placement=\"non-colocated\"", "layout.encoder.dp=1", "layout.run_ahead=1"});
+  const double rows = 3.0 * 16 * 64;  // images (a sample at 3) x tokens an image x LLM hidden
+  const double weight = 64.0 * 64;
+  EXPECT_DOUBLE_EQ(rank_memory(c, MemoryAssumptions{4, 0})[0].transient, std::max(2 * rows * 4, rows * 4 + weight * 4));
+  EXPECT_DOUBLE_EQ(rank_memory(c, MemoryAssumptions{2, 0})[0].transient,
+                   std::max(2 * rows * 2, rows * 2 + weight * 2 + weight * 4));
+}
+
+// The model's entries are the trainer's parts (parallel/rank_parts.hpp), in
+// the same order, with as many ranks: each kind of rank's measured peak
+// (steps.jsonl's peak_tensor_mib_by_part) meets its prediction by name.
+TEST(MemoryModel, HasOneEntryForEachPartOfTheRanks) {
+  const std::vector<std::vector<std::string>> layouts = {
+      {},
+      {"layout.llm.pp=2", "layout.llm.dp=2"},
+      {"layout.placement=\"colocated\"", "layout.llm.pp=2", "layout.encoder.dp=2"},
+      {"layout.placement=\"non-colocated\"", "layout.encoder.pp=2", "layout.encoder.tp=2", "layout.llm.pp=2"},
+      {"layout.placement=\"non-colocated\"", "layout.encoder.dp=3", "layout.llm.tp=2"}};
+  for (const std::vector<std::string>& sets : layouts) {
+    const RunConfig c = tiny(sets);
+    const std::vector<RankMemory> ranks = rank_memory(c, MemoryAssumptions{4, 0});
+    const std::vector<RankPart> parts = rank_parts(c.placement);
+    ASSERT_EQ(ranks.size(), parts.size()) << ::testing::PrintToString(sets);
+    int covered = 0;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      EXPECT_EQ(ranks[i].what, parts[i].what) << ::testing::PrintToString(sets);
+      EXPECT_EQ(ranks[i].ranks, int(parts[i].ranks.size())) << parts[i].what;
+      covered += int(parts[i].ranks.size());
+    }
+    EXPECT_EQ(covered, c.placement.world_size) << ::testing::PrintToString(sets);
+  }
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include "parallel/placement.hpp"
 #include "parallel/rank_grid.hpp"
+#include "parallel/rank_parts.hpp"
 
 namespace hetpar {
 namespace {
@@ -110,6 +111,23 @@ TEST(Placement, UniformInheritsTheLlmLayout) {
   EXPECT_EQ(p.encoder, (Layout{2, 1, 1, 3}));
   EXPECT_EQ(p.encoder_ranks, p.llm_ranks);
   EXPECT_EQ(p.world_size, 6);
+}
+
+// The kinds of rank by what they hold: pp is the slowest grid dimension, so
+// a stage's ranks are a run of them.
+TEST(Placement, RankPartsGroupEachStagesRanks) {
+  using Parts = std::vector<std::pair<std::string, std::vector<int>>>;
+  const auto parts = [](const ModulePlacement& p) {
+    Parts out;
+    for (const RankPart& part : rank_parts(p)) out.emplace_back(part.what, part.ranks);
+    return out;
+  };
+  EXPECT_EQ(parts(resolve_placement(Placement::Uniform, {}, {2, 1, 2, 1})),
+            (Parts{{"encoder stage 0 + llm stage 0", {0, 1}}, {"llm stage 1", {2, 3}}}));
+  EXPECT_EQ(parts(resolve_placement(Placement::Colocated, {1, 1, 1, 4}, {1, 1, 2, 2})),
+            (Parts{{"encoder stage 0 + llm stage 0", {0, 1}}, {"encoder stage 0 + llm stage 1", {2, 3}}}));
+  EXPECT_EQ(parts(resolve_placement(Placement::NonColocated, {1, 1, 2, 1}, {2, 1, 1, 1})),
+            (Parts{{"encoder stage 0", {0}}, {"encoder stage 1", {1}}, {"llm stage 0", {2, 3}}}));
 }
 
 // Each impossible placement is rejected with a message naming what is wrong.

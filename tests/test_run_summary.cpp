@@ -52,6 +52,15 @@ TEST(RunSummary, EachPipelineStagesPeakIsItsLargestOverTheRun) {
   EXPECT_FALSE(summarize_steps({step(1, 1.0, 1, 1)}, 0).contains("peak_memory_mib_by_stage"));  // not pipelined
 }
 
+TEST(RunSummary, EachPartsTensorPeakIsItsLargestOverTheRun) {
+  nlohmann::json a = step(1, 9.0, 6, 5), b = step(2, 1.0, 5, 1);
+  a["peak_tensor_mib_by_part"] = {{"encoder stage 0", 3.0}, {"llm stage 0", 8.0}};
+  b["peak_tensor_mib_by_part"] = {{"encoder stage 0", 4.0}, {"llm stage 0", 7.0}};
+  const nlohmann::json s = summarize_steps({a, b}, 1);
+  EXPECT_EQ(s["peak_tensor_mib_by_part"], nlohmann::json({{"encoder stage 0", 4.0}, {"llm stage 0", 8.0}}));
+  EXPECT_FALSE(summarize_steps({step(1, 1.0, 1, 1)}, 0).contains("peak_tensor_mib_by_part"));
+}
+
 TEST(RunSummary, ShortRunsCountEveryStep) {
   const nlohmann::json s = summarize_steps({step(1, 4.0, 1, 1), step(2, 2.0, 1, 1)}, 5);
   EXPECT_EQ(s["timed_steps"], 2);

@@ -400,6 +400,12 @@ TEST(TrainingPipeline, FourStagesMatchOneRank) {
     ASSERT_EQ(by_stage.size(), 4u);
     for (double mib : by_stage) EXPECT_GT(mib, 0);
     EXPECT_DOUBLE_EQ(*std::max_element(by_stage.begin(), by_stage.end()), last["peak_memory_mib"].get<double>());
+    // Each kind of rank's tensor peak, by the memory model's names; the largest is the run's.
+    ASSERT_TRUE(last.contains("peak_tensor_mib_by_part")) << last.dump();
+    double most = 0;
+    for (const auto& [what, mib] : last["peak_tensor_mib_by_part"].items()) most = std::max(most, mib.get<double>());
+    EXPECT_EQ(last["peak_tensor_mib_by_part"].size(), 4u);
+    EXPECT_DOUBLE_EQ(most, last["peak_tensor_mib"].get<double>());
   }
   EXPECT_FALSE(one.back().contains("peak_memory_mib_by_stage"));
 }

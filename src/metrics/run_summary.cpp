@@ -53,6 +53,13 @@ nlohmann::json summarize_steps(const std::vector<nlohmann::json>& steps, int64_t
     for (size_t i = 0; i < it->size(); ++i) by_stage[i] = std::max(by_stage[i], (*it)[i].get<double>());
   }
   if (!by_stage.empty()) out["peak_memory_mib_by_stage"] = by_stage;
+  nlohmann::json by_part = nlohmann::json::object();  // each kind of rank's tensor peak over the run
+  for (const nlohmann::json& s : steps) {
+    const auto it = s.find("peak_tensor_mib_by_part");
+    if (it == s.end() || !it->is_object()) continue;
+    for (const auto& [what, mib] : it->items()) by_part[what] = std::max(by_part.value(what, 0.0), mib.get<double>());
+  }
+  if (!by_part.empty()) out["peak_tensor_mib_by_part"] = by_part;
   std::map<std::string, std::vector<double>> phases;
   for (const nlohmann::json* s : timed) {
     if (!s->contains("phases")) continue;

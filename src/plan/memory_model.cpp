@@ -1,6 +1,7 @@
 #include "plan/memory_model.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
 
 #include "metrics/model_flops.hpp"
@@ -87,24 +88,59 @@ double bucket_copies_bytes(const RunConfig& c, int sum_group, double above) {
   return std::min(2 * c.runtime.grad_bucket_mib * double(1 << 20), above);
 }
 
-// What a stage's recompute holds beyond its saved activations (part `p`'s),
-// at its height, its `layers` layers' first `recomputed` running again:
-// - the top recomputed layer: its work again and three residual-width
-//   tensors (`residual` bytes each: the recomputed output, the gradient
-//   coming in and the one going out), less the work of the kept layers above
-//   it, whose backward ran first and freed it;
-// - the first layer, in the step's last backward: the same, with the bucket
-//   copies (`copies`) alive, and less the inputs the recomputed layers above
-//   it kept and the other micro-batches' activations, all freed by then.
+// What a stage's recompute holds beyond its saved activations, at its
+// height, its `layers` layers' first `recomputed` running again:
+// - `top`, in every backward: the top recomputed layer's work again and
+//   three residual-width tensors (`residual` bytes each: the recomputed
+//   output, the gradient coming in and the one going out), less the work of
+//   the kept layers above it, whose backward ran first and freed it;
+// - `bottom`, in the step's last backward: the first layer's, the same with
+//   the bucket copies (`copies`) alive, less the inputs the recomputed layers
+//   above it kept; the other micro-batches' activations are freed by then
+//   (part_transient subtracts them).
 // Measured with a 2-rank DP LLM (tests/test_memory_measured.cpp,
 // activations_dp2_recompute): 19 MiB over the run without DP, where 31 MiB
 // of copies are alive and 12 MiB of inputs freed.
-double recompute_transient(const Part& p, double layer_bytes, double residual, int64_t layers, int64_t recomputed,
-                           double copies) {
+struct RecomputeMoments {
+  double top = 0, bottom = 0;
+};
+RecomputeMoments recompute_moments(double layer_bytes, double residual, int64_t layers, int64_t recomputed, double copies) {
   const double top = layer_bytes * double(1 - (layers - recomputed)) + 3 * residual;
+  return {top, top - double(recomputed - 1) * residual + copies};
+}
+
+// A stage's backward moments, each beyond its state less the gradients not
+// made yet (`p.unmade_gradients`) and its saved activations:
+// - `first`: in the step's first backward, every micro-batch in flight still
+//   saved, counting the gradients made before it where none was made before
+//   that backward;
+// - `last`: in the step's last backward, counting neither the gradients nor
+//   the other micro-batches' activations (freed by then);
+// - `bottom`: the first layer's recompute in the step's last backward, the
+//   same way.
+// Where the part's every forward comes first and the step has more than one
+// micro-batch, the earlier backwards have made all its gradients by its last
+// one: with a tenth of the activations recomputing (a 2-stage pipeline, tiny
+// at hidden 512), the first stage's peak comes there, 53 MiB over a model
+// that counted none. With one micro-batch the last backward is the first,
+// and its bottom layer comes after every gradient but its own and the
+// embeddings' (`bottom_gradients`).
+struct BackwardMoments {
+  double first = 0, last = 0;
+  std::optional<double> bottom;  // none without recompute
+};
+double part_transient(const Part& p, const BackwardMoments& m, int64_t micro_batches, double bottom_gradients) {
   const double others = double(p.in_flight - 1) * p.activations / double(p.in_flight);
-  const double first = top - double(recomputed - 1) * residual + copies - others;
-  return std::max({0.0, top, first});
+  const double later = std::max(m.last, m.bottom.value_or(0));
+  double most = m.first;
+  if (p.unmade_gradients == 0) {
+    most = std::max(most, later - others);
+  } else if (micro_batches > 1) {
+    most = std::max(most, later + p.unmade_gradients - others);
+  } else if (m.bottom) {
+    most = std::max(most, *m.bottom + p.unmade_gradients - bottom_gradients);
+  }
+  return std::max(0.0, most);
 }
 
 // What a stage's backward holds beyond its saved activations at its fullest
@@ -201,22 +237,45 @@ Part llm_part(const RunConfig& c, int s, int64_t in_flight, const MemoryAssumpti
   // In bf16 over TP the function takes an fp32 copy of the bf16 logits the
   // head made, which are still held: half a copy more.
   const double logits_copies = lay.tp > 1 ? 4 + (a.element_bytes < kFp32 ? 0.5 : 0) : 3;
-  if (last) p.transient = logits_copies * kFp32 * tokens * vocab / lay.tp;
+  BackwardMoments moments;
+  if (last) moments.first = logits_copies * kFp32 * tokens * vocab / lay.tp;
   // The loss's copies are gone before the layers' backward begins.
   BackwardShape backward{tokens, h, double(l.ffn_hidden) / lay.tp, vocab / lay.tp, residual, 0,
                          recomputed == layers.count ? layer_bytes : 0, lay.tp, lay.sequence_parts(), last, unmade};
   if (last) backward.final_norm = tokens * norm_bytes_per_token(h, 1, a.element_bytes, lay.sequence_parts());
-  p.transient = std::max(p.transient, backward_transient(backward, a));
+  moments.first = std::max(moments.first, backward_transient(backward, a));
+  backward.gradients_unmade = false;
+  moments.last = backward_transient(backward, a);
+  // fp32 gradient bytes of the stage's bottom layer and embeddings, and of a layer.
+  const double layer_gradients = blocks / double(l.layers) / lay.tp * kFp32;
+  const double bottom_gradients = layer_gradients + (s == 0 ? vocab * h / lay.tp * kFp32 : 0);
   if (recomputed > 0) {
-    const double above = (params - blocks / double(l.layers) - (s == 0 ? vocab * h : 0)) / lay.tp * kFp32;
-    const double copies = bucket_copies_bytes(c, lay.dp * lay.cp, above);
-    p.transient = std::max(p.transient, recompute_transient(p, layer_bytes, residual, layers.count, recomputed, copies));
+    const double copies = bucket_copies_bytes(c, lay.dp * lay.cp, params / lay.tp * kFp32 - bottom_gradients);
+    const RecomputeMoments r = recompute_moments(layer_bytes, residual, layers.count, recomputed, copies);
+    // In the first backward the kept layers above and the head have made their gradients.
+    const double made_above = unmade ? double(layers.count - recomputed) * layer_gradients +
+                                           (last ? (vocab * h + h) / lay.tp * kFp32 : 0)
+                                     : 0;
+    moments.first = std::max(moments.first, r.top + made_above);
+    moments.last = std::max(moments.last, r.top);
+    moments.bottom = r.bottom;
   }
+  p.transient = part_transient(p, moments, micro_batches_per_step(c), bottom_gradients);
   return p;
 }
 
 // The encoder's stage `s` on one rank, for `images` images a micro-batch.
-Part encoder_part(const RunConfig& c, int s, int64_t in_flight, double images, const MemoryAssumptions& a) {
+// Non-colocated, the last stage sends its rows to the LLM's ranks itself
+// (train/encoder_stage.cpp): it keeps each micro-batch's output for the
+// backward and a copy in the rows' send order until the gradient comes
+// back, two LLM-wide rows a token beyond the projector's own; its backward
+// receives the rows' gradient (a buffer, then the rows in order) and, at
+// the projector's output weight, makes that weight's gradient and its
+// input's. Without these the one-rank encoder of
+// tests/test_memory_measured.cpp (LLM hidden 512, 12 images a micro-batch)
+// read 9 % (fp32) and 16 % (bf16) under.
+Part encoder_part(const RunConfig& c, int s, int64_t in_flight, double images, const MemoryAssumptions& a,
+                  bool sends_rows) {
   const EncoderConfig& e = c.encoder;
   const Layout& lay = c.placement.encoder;
   const double h = double(e.hidden), patches = double(e.patches_per_image());
@@ -248,17 +307,42 @@ Part encoder_part(const RunConfig& c, int s, int64_t in_flight, double images, c
     }
     bytes += projector_bytes;
   }
+  const double row_bytes = double(e.tokens_per_image()) * double(c.llm.hidden) * eb;  // an image's rows at the boundary
+  const bool sends = last && sends_rows;
   // A frozen encoder saves nothing below its projector: no backward runs through it.
   if (e.frozen) bytes = last ? projector_bytes : 0;
+  if (sends) bytes += 2 * row_bytes;
   p.in_flight = in_flight;
   p.activations = double(in_flight) * images * bytes;
+  BackwardMoments moments;
+  // fp32 gradient bytes of the stage's bottom layer and embeddings, and of a layer.
+  const double layer_gradients = e.frozen ? 0 : blocks / double(e.layers) / lay.tp * kFp32;
+  const double bottom_gradients = e.frozen ? 0 : layer_gradients + (first ? embedding / lay.tp * kFp32 : 0);
+  if (sends) {
+    // Receiving the gradient: its buffer and the rows in order. Then, its own
+    // send done and freed, the projector's output weight's new gradient
+    // (fp32, and first in bf16) beside the gradient and its input's.
+    const double weight = double(c.llm.hidden) * double(c.llm.hidden) / lay.tp;
+    const double low_copy = eb < kFp32 ? weight * eb : 0;
+    const double rows = images * row_bytes;
+    moments.first = std::max(2 * rows, rows + low_copy + weight * kFp32);
+    moments.last = moments.first;
+  }
   if (recomputed > 0) {
     // This rank's share of the stage and projector, less its first layer and the embeddings.
     const double trained = params + (last ? double(projector_parameters(e, c.llm)) / lay.tp : 0);
-    const double above = (trained - (blocks / double(e.layers) + (first ? embedding : 0)) / lay.tp) * kFp32;
-    const double copies = bucket_copies_bytes(c, lay.dp * lay.cp, above);
-    p.transient = recompute_transient(p, images * layer_bytes, images * patches * h * kFp32, layers.count, recomputed, copies);
+    const double copies = bucket_copies_bytes(c, lay.dp * lay.cp, trained * kFp32 - bottom_gradients);
+    const RecomputeMoments r =
+        recompute_moments(images * layer_bytes, images * patches * h * kFp32, layers.count, recomputed, copies);
+    // In the first backward the kept layers above and the projector have made their gradients.
+    const double made_above = p.unmade_gradients > 0 ? double(layers.count - recomputed) * layer_gradients +
+                                                           (last ? double(projector_parameters(e, c.llm)) / lay.tp * kFp32 : 0)
+                                                     : 0;
+    moments.first = std::max(moments.first, r.top + made_above);
+    moments.last = std::max(moments.last, r.top);
+    moments.bottom = r.bottom;
   }
+  p.transient = part_transient(p, moments, micro_batches_per_step(c), bottom_gradients);
   return p;
 }
 
@@ -308,7 +392,7 @@ std::vector<RankMemory> rank_memory(const RunConfig& c, const MemoryAssumptions&
       for (int s = 0; s < pp; ++s) {
         const Part llm = llm_part(c, s, llm_in_flight(s), a);
         if (s == 0) {
-          const Part enc = encoder_part(c, 0, llm_in_flight(0), images, a);
+          const Part enc = encoder_part(c, 0, llm_in_flight(0), images, a, false);
           out.push_back(rank_of(enc, &llm, llm_stage_ranks, reserved));
         } else {
           out.push_back(rank_of(llm, nullptr, llm_stage_ranks, reserved));
@@ -322,7 +406,7 @@ std::vector<RankMemory> rank_memory(const RunConfig& c, const MemoryAssumptions&
                       ? m
                       : std::min<int64_t>(m, c.layout.encoder_in_flight > 0 ? c.layout.encoder_in_flight : pp + 1);
       }
-      const Part enc = encoder_part(c, 0, encoded, images, a);
+      const Part enc = encoder_part(c, 0, encoded, images, a, false);
       for (int s = 0; s < pp; ++s) {
         const Part llm = llm_part(c, s, llm_in_flight(s), a);
         out.push_back(rank_of(enc, &llm, llm_stage_ranks, reserved));
@@ -335,7 +419,7 @@ std::vector<RankMemory> rank_memory(const RunConfig& c, const MemoryAssumptions&
       const int enc_pp = pl.encoder.pp;
       for (int s = 0; s < enc_pp; ++s) {
         const int64_t in_flight = std::min<int64_t>(m, enc_pp + ahead - 1 - s);
-        out.push_back(rank_of(encoder_part(c, s, in_flight, images, a), nullptr,
+        out.push_back(rank_of(encoder_part(c, s, in_flight, images, a, true), nullptr,
                               pl.encoder.size() / enc_pp, reserved));
       }
       for (int s = 0; s < pp; ++s) {

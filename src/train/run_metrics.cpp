@@ -11,6 +11,7 @@
 #include "metrics/model_flops.hpp"
 #include "parallel/pipeline_schedule.hpp"
 #include "parallel/rank_grid.hpp"
+#include "parallel/rank_parts.hpp"
 #include "util/build_info.hpp"
 
 namespace hetpar {
@@ -78,6 +79,16 @@ nlohmann::json RunMetrics::step_line(const StepInputs& in, const StepReport& rep
       peak = std::max(peak, report.peak_memory_by_rank[r] / (1 << 20));
     }
     line["peak_memory_mib_by_stage"] = by_stage;
+  }
+  // The largest tensor peak among each part's ranks, by the memory model's
+  // names for them (plan.json's), so that every kind of rank's prediction
+  // can be checked, not only the fullest one's.
+  if (report.peak_tensor_bytes > 0 && report.peak_tensor_by_rank.size() == static_cast<size_t>(placement.world_size)) {
+    for (const RankPart& part : rank_parts(placement)) {
+      double peak = 0;
+      for (int r : part.ranks) peak = std::max(peak, report.peak_tensor_by_rank[r] / (1 << 20));
+      line["peak_tensor_mib_by_part"][part.what] = peak;
+    }
   }
   return line;
 }

@@ -25,6 +25,7 @@ StepReport gather_step_report(Group& world, double loss_share, double peak_memor
     report.peak_memory_bytes = std::max(report.peak_memory_bytes, rows[r][1]);
     report.peak_memory_by_rank.push_back(rows[r][1]);
     report.peak_tensor_bytes = std::max(report.peak_tensor_bytes, rows[r][2]);
+    report.peak_tensor_by_rank.push_back(rows[r][2]);
     double busy = 0;
     for (int p = 0; p < kPhaseCount; ++p) busy += p == static_cast<int>(Phase::kWait) || p == static_cast<int>(Phase::kPipelineWait) ? 0 : rows[r][kFirstPhase + p];
     if (busy > most_busy) {

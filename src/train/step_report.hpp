@@ -18,6 +18,7 @@ struct StepReport {
   double peak_memory_bytes = 0;     // max over ranks of each one's peak (dist/device.hpp)
   std::vector<double> peak_memory_by_rank;  // each rank's, by job rank
   double peak_tensor_bytes = 0;     // max over ranks of each one's tensor peak (dist/device.hpp)
+  std::vector<double> peak_tensor_by_rank;  // each rank's, by job rank
 };
 
 // Called by every rank after the step's work is done (the gather moves a
