@@ -132,6 +132,10 @@ const MemoryCase kCases[] = {
     {"non_colocated", {"layout.placement=\"non-colocated\"", "layout.encoder.dp=1", "data.images_min=3"}},
     {"non_colocated_run_ahead1",
      {"layout.placement=\"non-colocated\"", "layout.encoder.dp=1", "data.images_min=3", "layout.run_ahead=1"}},
+    // An encoder as wide as the LLM, 768 patches a micro-batch: its own rank's peak is the encoder's layers'.
+    {"non_colocated_encoder_heavy",
+     {"layout.placement=\"non-colocated\"", "layout.encoder.dp=1", "data.images_min=3", "encoder.hidden=512",
+      "encoder.heads=8", "encoder.mlp_hidden=2048", "encoder.layers=4", "encoder.image_size=64"}},
     {"colocated_pp2", {"layout.placement=\"colocated\"", "layout.llm.pp=2", "layout.encoder.dp=2", "data.images_min=3"}},
     {"tp2", {"layout.llm.tp=2"}},
     {"cp2", {"layout.llm.cp=2"}},

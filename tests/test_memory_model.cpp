@@ -199,14 +199,24 @@ TEST(MemoryModel, TheLastBackwardHoldsEveryGradient) {
 // A non-colocated encoder's last stage keeps each micro-batch's rows and
 // their send copy (two LLM-wide rows a token), and its backward holds the
 // received gradient's buffer and rows, or the gradient, its input's and
-// the projector's output weight's new gradient (fp32, after its bf16 one).
+// the projector's output weight's new gradient (fp32, after its bf16 one);
+// then its top layer's MLP backward the residual's gradient and its hidden
+// values' (one in fp32, two in bf16), the projector's rows and the send
+// copy freed.
 TEST(MemoryModel, TheNonColocatedEncoderHoldsItsRowsAndTheirGradient) {
   const RunConfig c = tiny({"layout.placement=\"non-colocated\"", "layout.encoder.dp=1", "layout.run_ahead=1"});
-  const double rows = 3.0 * 16 * 64;  // images (a sample at 3) x tokens an image x LLM hidden
+  const double images = 3, tokens = images * 16;  // a sample at 3 images of 16 patches, each a row
+  const double rows = tokens * 64;                 // at the LLM's hidden
   const double weight = 64.0 * 64;
-  EXPECT_DOUBLE_EQ(rank_memory(c, MemoryAssumptions{4, 0})[0].transient, std::max(2 * rows * 4, rows * 4 + weight * 4));
+  const auto mlp = [&](double b) {
+    const double freed = tokens * (64 + 2 * 64) * b + rows * b;  // the projector's input, hidden and activation; the send copy
+    return tokens * 64 * 4 + tokens * 256 * b * (b < 4 ? 2 : 1) - freed;
+  };
+  EXPECT_DOUBLE_EQ(rank_memory(c, MemoryAssumptions{4, 0})[0].transient,
+                   std::max({2 * rows * 4, rows * 4 + weight * 4, mlp(4)}));
   EXPECT_DOUBLE_EQ(rank_memory(c, MemoryAssumptions{2, 0})[0].transient,
-                   std::max(2 * rows * 2, rows * 2 + weight * 2 + weight * 4));
+                   std::max({2 * rows * 2, rows * 2 + weight * 2 + weight * 4, mlp(2)}));
+  EXPECT_GT(mlp(2), rows * 2 + weight * 2 + weight * 4);  // bf16: the MLP's moment leads here
 }
 
 // The model's entries are the trainer's parts (parallel/rank_parts.hpp), in
