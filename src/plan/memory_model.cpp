@@ -6,6 +6,7 @@
 
 #include "metrics/model_flops.hpp"
 #include "parallel/pipeline_schedule.hpp"
+#include "parallel/rank_parts.hpp"
 
 namespace hetpar {
 namespace {
@@ -13,7 +14,6 @@ namespace {
 constexpr double kFp32 = 4;
 
 struct Part {
-  std::string what;
   double state = 0, activations = 0, transient = 0, unmade_gradients = 0;
   int64_t in_flight = 0;
 };
@@ -203,7 +203,6 @@ Part llm_part(const RunConfig& c, int s, int64_t in_flight, const MemoryAssumpti
   if (last) params += vocab * h + h;
   const double tokens = double(c.data.micro_batch_size) * double(l.seq_len) / lay.cp;
   Part p;
-  p.what = "llm stage " + std::to_string(s);
   p.state = parameter_state_bytes(params / lay.tp, true, optimizer_shard_group(c, lay.dp * lay.cp));
   const bool unmade = every_forward_first(c, in_flight);
   if (unmade) p.unmade_gradients = step_gradient_bytes(params / lay.tp, true);
@@ -284,7 +283,6 @@ Part encoder_part(const RunConfig& c, int s, int64_t in_flight, double images, c
   const StageLayers layers = stage_layers(e.layers, lay.pp, s);
   const bool first = s == 0, last = s == lay.pp - 1;
   Part p;
-  p.what = "encoder stage " + std::to_string(s);
   const double params = (blocks * double(layers.count) / double(e.layers) + (first ? embedding : 0)) / lay.tp;
   p.state = parameter_state_bytes(params, !e.frozen, optimizer_shard_group(c, lay.dp * lay.cp));
   if (every_forward_first(c, in_flight)) {
@@ -297,10 +295,10 @@ Part encoder_part(const RunConfig& c, int s, int64_t in_flight, double images, c
   const int64_t recomputed = e.frozen ? 0 : recomputed_layers(c, Module::kEncoder, layers.count);
   double bytes = double(recomputed) * patches * h * kFp32 + double(layers.count - recomputed) * layer_bytes;
   if (first) bytes += patches * double(e.channels * e.patch_size * e.patch_size) * eb;  // the patches themselves
-  // The projector, which always trains: its input, hidden and activation.
+  // The projector, on the last stage, which always trains: its input, hidden and activation.
+  const double projector = last ? double(projector_parameters(e, c.llm)) / lay.tp : 0;
   const double projector_bytes = double(e.tokens_per_image()) * (h + 2 * double(c.llm.hidden) / lay.tp) * eb;
   if (last) {
-    const double projector = double(projector_parameters(e, c.llm)) / lay.tp;
     p.state += parameter_state_bytes(projector, true, optimizer_shard_group(c, lay.dp * lay.cp)) + step_copy_bytes(a) * projector;
     if (every_forward_first(c, in_flight)) {
       p.unmade_gradients += step_gradient_bytes(projector, true);
@@ -340,21 +338,20 @@ Part encoder_part(const RunConfig& c, int s, int64_t in_flight, double images, c
     const double freed = last ? images * (projector_bytes + (sends ? row_bytes : 0)) : 0;
     const double mlp = tokens * h * kFp32 + tokens * f * eb * (eb < kFp32 ? 2 : 1) - freed;
     const double made = p.unmade_gradients > 0
-                            ? (h * f + h) * kFp32 + (last ? double(projector_parameters(e, c.llm)) / lay.tp * kFp32 : 0)
+                            ? (h * f + h + projector) * kFp32
                             : 0;
     moments.first = std::max(moments.first, mlp + made);
     moments.last = std::max(moments.last, mlp);
   }
   if (recomputed > 0) {
     // This rank's share of the stage and projector, less its first layer and the embeddings.
-    const double trained = params + (last ? double(projector_parameters(e, c.llm)) / lay.tp : 0);
+    const double trained = params + projector;
     const double copies = bucket_copies_bytes(c, lay.dp * lay.cp, trained * kFp32 - bottom_gradients);
     const RecomputeMoments r =
         recompute_moments(images * layer_bytes, images * patches * h * kFp32, layers.count, recomputed, copies);
     // In the first backward the kept layers above and the projector have made their gradients.
-    const double made_above = p.unmade_gradients > 0 ? double(layers.count - recomputed) * layer_gradients +
-                                                           (last ? double(projector_parameters(e, c.llm)) / lay.tp * kFp32 : 0)
-                                                     : 0;
+    const double made_above =
+        p.unmade_gradients > 0 ? double(layers.count - recomputed) * layer_gradients + projector * kFp32 : 0;
     moments.first = std::max(moments.first, r.top + made_above);
     moments.last = std::max(moments.last, r.top);
     moments.bottom = r.bottom;
@@ -370,10 +367,11 @@ double images_per_encoder_rank(const RunConfig& c) {
   return per_replica * c.placement.llm.dp / c.placement.encoder.dp;
 }
 
-RankMemory rank_of(const Part& a, const Part* b, int ranks, double reserved) {
+// The ranks of `part` holding module parts `a` and, colocated or uniform, `b`.
+RankMemory rank_of(const RankPart& part, const Part& a, const Part* b, double reserved) {
   RankMemory r;
-  r.what = b ? a.what + " + " + b->what : a.what;
-  r.ranks = ranks;
+  r.what = part.what;
+  r.ranks = static_cast<int>(part.ranks.size());
   r.state = a.state + (b ? b->state : 0);
   r.activations = a.activations + (b ? b->activations : 0);
   r.transient = std::max(a.transient, b ? b->transient : 0);  // the two modules' backwards do not overlap
@@ -395,24 +393,27 @@ MemoryAssumptions memory_assumptions(const Profile& profile) {
 }
 
 std::vector<RankMemory> rank_memory(const RunConfig& c, const MemoryAssumptions& a) {
-  const double reserved = a.reserved_bytes;
   const ModulePlacement& pl = c.placement;
   const int64_t m = micro_batches_per_step(c);
   const int pp = pl.llm.pp;
   // 1F1B: stage s holds the activations of pp - s micro-batches at its peak.
   const auto llm_in_flight = [&](int s) { return pp > 1 ? std::min<int64_t>(m, pp - s) : 1; };
   const double images = images_per_encoder_rank(c);
-  const int llm_stage_ranks = pl.llm.size() / pp;
+  // One entry a part, in the order and with the names the trainer reports them (parallel/rank_parts.hpp).
+  const std::vector<RankPart> parts = rank_parts(pl);
   std::vector<RankMemory> out;
+  const auto add = [&](const Part& first, const Part* second) {
+    out.push_back(rank_of(parts.at(out.size()), first, second, a.reserved_bytes));
+  };
   switch (pl.placement) {
     case Placement::Uniform:  // the encoder runs inside stage 0's forwards and backwards
       for (int s = 0; s < pp; ++s) {
         const Part llm = llm_part(c, s, llm_in_flight(s), a);
         if (s == 0) {
           const Part enc = encoder_part(c, 0, llm_in_flight(0), images, a, false);
-          out.push_back(rank_of(enc, &llm, llm_stage_ranks, reserved));
+          add(enc, &llm);
         } else {
-          out.push_back(rank_of(llm, nullptr, llm_stage_ranks, reserved));
+          add(llm, nullptr);
         }
       }
       break;
@@ -426,7 +427,7 @@ std::vector<RankMemory> rank_memory(const RunConfig& c, const MemoryAssumptions&
       const Part enc = encoder_part(c, 0, encoded, images, a, false);
       for (int s = 0; s < pp; ++s) {
         const Part llm = llm_part(c, s, llm_in_flight(s), a);
-        out.push_back(rank_of(enc, &llm, llm_stage_ranks, reserved));
+        add(enc, &llm);
       }
       break;
     }
@@ -436,11 +437,10 @@ std::vector<RankMemory> rank_memory(const RunConfig& c, const MemoryAssumptions&
       const int enc_pp = pl.encoder.pp;
       for (int s = 0; s < enc_pp; ++s) {
         const int64_t in_flight = std::min<int64_t>(m, enc_pp + ahead - 1 - s);
-        out.push_back(rank_of(encoder_part(c, s, in_flight, images, a, true), nullptr,
-                              pl.encoder.size() / enc_pp, reserved));
+        add(encoder_part(c, s, in_flight, images, a, true), nullptr);
       }
       for (int s = 0; s < pp; ++s) {
-        out.push_back(rank_of(llm_part(c, s, llm_in_flight(s), a), nullptr, llm_stage_ranks, reserved));
+        add(llm_part(c, s, llm_in_flight(s), a), nullptr);
       }
       break;
     }
