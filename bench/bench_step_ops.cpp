@@ -52,6 +52,7 @@
 #include "model/norms.hpp"
 #include "tp/vocab_parallel.hpp"
 #include "tp/weight_cast.hpp"
+#include "tp/weight_grad.hpp"
 #include "model/autocast_scope.hpp"
 #include "util/exit_codes.hpp"
 
@@ -137,8 +138,9 @@ Stack make_stack() {
 }
 
 // One step's micro-batches, forward under autocast and backward outside it,
-// as training runs them: `step_casts` through compute_weight inside a
-// StepCastCache (now), otherwise autocast's own casts (before).
+// as training runs them: `step_casts` through gemm_linear on the step's copy
+// inside a StepCastCache (now; on the CPU its gradient is made in bf16 and
+// added, no GEMM here adds into fp32), otherwise autocast's own casts (before).
 void run_step(Stack& s, bool step_casts) {
   for (const at::Tensor& w : s.weights) w.mutable_grad() = at::Tensor();
   const StepCastCache casts(step_casts);
@@ -146,7 +148,9 @@ void run_step(Stack& s, bool step_casts) {
     at::Tensor x = s.input;
     {
       const AutocastScope autocast(true);
-      for (const at::Tensor& w : s.weights) x = at::silu(at::linear(x, step_casts ? compute_weight(w, x) : w));
+      for (const at::Tensor& w : s.weights) {
+        x = at::silu(step_casts ? gemm_linear(x, gemm_weight(w, x)) : at::linear(x, w));
+      }
     }
     x.to(at::kFloat).square().mean().backward();
   }

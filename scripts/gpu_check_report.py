@@ -93,7 +93,9 @@ def main(out):
         ratio = sum(ratios) / len(ratios)
         check("throughput (8B-shaped layers, bf16)", s["mfu"] >= 0.45,
               f"{s['tflops_per_gpu']:.1f} TFLOPS/GPU, MFU {100 * s['mfu']:.1f} % ({s.get('peak_source', '')}), "
-              f"{s['step_seconds_median']:.3f} s/step", "MFU >= 45 %")
+              f"{s['step_seconds_median']:.3f} s/step; weight gradients "
+              f"{'summed in fp32 by the GEMM' if s.get('gemm_adds_into_fp32') else 'made in bf16, then added'}",
+              "MFU >= 45 %")
         check("phase times vs step wall time", 0.8 <= ratio <= 1.05,
               f"phases sum to {100 * ratio:.1f} % of the step's wall time", "80-105 %")
     else:
@@ -102,8 +104,11 @@ def main(out):
     # The step-time model on this GPU: hetpar plan's prediction for the throughput run's own layout.
     for profile in ("published", "measured"):
         plan_path = out / f"plan_{profile}" / "plan.json"
-        given = json.loads(plan_path.read_text()).get("given") if plan_path.exists() else None
+        plan = json.loads(plan_path.read_text()) if plan_path.exists() else {}
+        given = plan.get("given")
         name = f"step-time model, {profile} profile"
+        if profile == "published" and plan.get("profile"):
+            name += f" ({Path(plan['profile']).name})"
         if not given or not s:
             check(name, None, "no prediction" if not given else "no measurement", "within 15 %")
             continue

@@ -1,8 +1,9 @@
 // What only a GPU can check, on one GPU: device selection and metadata, a
 // real NCCL communicator and a sub-group split from it, out-of-memory recovery, the caching allocator's
 // peak, CUDA-event phase times, the bounded end-of-step wait and a step
-// without hidden host syncs, and the gradient-landing hooks the data-parallel
-// reduction starts its buckets from. Labelled `gpu`; each case skips, saying why,
+// without hidden host syncs, the gradient-landing hooks the data-parallel
+// reduction starts its buckets from, and the weight-gradient GEMM that adds
+// into the fp32 .grad. Labelled `gpu`; each case skips, saying why,
 // where no CUDA device is visible (scripts/gpu-check.sh runs them on a GPU).
 #include <ATen/ATen.h>
 #include <ATen/cuda/Sleep.h>
@@ -23,6 +24,7 @@
 #include "dist/group.hpp"
 #include "metrics/phase_timer.hpp"
 #include "tp/weight_cast.hpp"
+#include "tp/weight_grad.hpp"
 #include "model/autocast_scope.hpp"
 #include "train/sequence_part.hpp"
 
@@ -229,6 +231,49 @@ TEST_F(Gpu, GradientLandingHooksFireOnceABackward) {
   EXPECT_EQ(landed1.load(), 4) << "w1: 2 micro-batches in fp32, 2 in bf16";
   EXPECT_EQ(landed2.load(), 4) << "w2: 2 micro-batches in fp32, 2 in bf16";
   for (const at::Tensor& w : {w1, w2}) torch::autograd::impl::set_post_acc_grad_hooks(w, nullptr);
+}
+
+// The weight-gradient path this device and LibTorch take (tp/weight_grad.hpp),
+// printed, and either way two micro-batches of a concatenated copy's weight
+// gradients against the fp32 products of the same bf16 values: within fp32's
+// rounding (1e-5 of the largest value) where the GEMM adds into the fp32
+// .grad, within bf16's (1e-2) where it cannot.
+TEST_F(Gpu, ACopysWeightGradientsGoIntoTheFp32Grad) {
+  const bool in_fp32 = gemm_adds_into_fp32(device_);
+  RecordProperty("gemm_adds_into_fp32", in_fp32 ? "true" : "false");
+  std::printf("the GEMM adds weight gradients into the fp32 .grad: %s\n", in_fp32 ? "yes" : "no (bf16 product, then added)");
+  const auto on = at::TensorOptions(at::kFloat).device(device_);
+  at::manual_seed(3);
+  at::Tensor a = (at::randn({96, 64}, on) * 0.1).set_requires_grad(true);
+  at::Tensor b = (at::randn({32, 64}, on) * 0.1).set_requires_grad(true);
+  at::Tensor want_a = at::zeros_like(a), want_b = at::zeros_like(b);
+  {
+    const StepCastCache casts(true);
+    for (int micro = 0; micro < 2; ++micro) {
+      const at::Tensor x = at::randn({2, 128, 64}, on), r = at::randn({2, 128, 128}, on);
+      at::Tensor y;
+      {
+        const AutocastScope autocast(true);
+        const std::optional<GemmWeight> w = fused_gemm_weight({a, b}, x);
+        ASSERT_TRUE(w.has_value());
+        y = gemm_linear(x, *w);
+      }
+      (y.to(at::kFloat) * r).sum().backward();
+      // The GEMM's operands: the output's gradient and the input, both in bf16.
+      const at::Tensor g = r.to(at::kBFloat16).to(at::kFloat).reshape({-1, 128});
+      const at::Tensor in = x.to(at::kBFloat16).to(at::kFloat).reshape({-1, 64});
+      want_a += g.narrow(1, 0, 96).t().mm(in);
+      want_b += g.narrow(1, 96, 32).t().mm(in);
+    }
+  }
+  const double tolerance = in_fp32 ? 1e-5 : 1e-2;
+  for (const auto& [got, want] : {std::pair{a.grad(), want_a}, std::pair{b.grad(), want_b}}) {
+    ASSERT_TRUE(got.defined());
+    EXPECT_EQ(got.scalar_type(), at::kFloat);
+    const double error = (got - want).abs().max().item<double>() / want.abs().max().item<double>();
+    EXPECT_LE(error, tolerance);
+    std::printf("weight gradient: largest error %.3g of the largest value\n", error);
+  }
 }
 
 }  // namespace

@@ -103,6 +103,10 @@ TEST(MemoryModel, TheBackwardHoldsTheTopMlpsGradientsTheSpHeadsGatherAndTheCpuNo
                    2 * t * f * 4 + t * h * 4 - final_norm);
   EXPECT_DOUBLE_EQ(rank_memory(wide, MemoryAssumptions{2, 0})[0].transient,
                    3 * t * f * 2 + t * h * 2 + h * f * 2 + t * h * 4 - final_norm_bf16);
+  // Where the GEMM adds into the fp32 .grad itself, no weight's bf16 gradient.
+  MemoryAssumptions into_fp32{2, 0};
+  into_fp32.gemm_adds_into_fp32 = true;
+  EXPECT_DOUBLE_EQ(rank_memory(wide, into_fp32)[0].transient, 3 * t * f * 2 + t * h * 2 + t * h * 4 - final_norm_bf16);
   // Over TP 2 with a narrow MLP the loss's four copies lead, unless the
   // norm's backward runs unfused (three fp32 values a token and unit).
   const RunConfig tp2 = tiny({"llm.vocab_size=64", "layout.llm.tp=2"});
@@ -217,6 +221,16 @@ TEST(MemoryModel, TheNonColocatedEncoderHoldsItsRowsAndTheirGradient) {
   EXPECT_DOUBLE_EQ(rank_memory(c, MemoryAssumptions{2, 0})[0].transient,
                    std::max({2 * rows * 2, rows * 2 + weight * 2 + weight * 4, mlp(2)}));
   EXPECT_GT(mlp(2), rows * 2 + weight * 2 + weight * 4);  // bf16: the MLP's moment leads here
+  // Where the GEMM adds into the fp32 .grad itself the weight has no bf16 gradient.
+  MemoryAssumptions into_fp32{2, 0};
+  into_fp32.gemm_adds_into_fp32 = true;
+  const RunConfig rows_lead = tiny({"layout.placement=\"non-colocated\"", "layout.encoder.dp=1", "layout.run_ahead=1",
+                                    "encoder.mlp_hidden=16"});
+  const double narrow_mlp = tokens * 64 * 4 + tokens * 16 * 2 * 2 - (tokens * (64 + 2 * 64) * 2 + rows * 2);
+  EXPECT_DOUBLE_EQ(rank_memory(rows_lead, into_fp32)[0].transient,
+                   std::max({2 * rows * 2, rows * 2 + weight * 4, narrow_mlp}));
+  EXPECT_DOUBLE_EQ(rank_memory(rows_lead, MemoryAssumptions{2, 0})[0].transient,
+                   std::max({2 * rows * 2, rows * 2 + weight * 2 + weight * 4, narrow_mlp}));
 }
 
 // The model's entries are the trainer's parts (parallel/rank_parts.hpp), in

@@ -73,6 +73,9 @@ TEST(Profile, StatesWhatTheDevicesBackwardHoldsForTheMemoryModel) {
   const MemoryAssumptions assumed = memory_assumptions(cpu);  // what the planner and sweeps pass on
   EXPECT_TRUE(assumed.norm_backward_unfused);
   EXPECT_TRUE(assumed.reduce_scatter_copies_input);
+  EXPECT_FALSE(assumed.gemm_adds_into_fp32);
+  j["gemm_adds_into_fp32"] = true;
+  EXPECT_TRUE(memory_assumptions(Profile::from_json(j, "test")).gemm_adds_into_fp32);
 }
 
 TEST(Profile, BadProfilesAreRefusedNamingTheProblem) {
@@ -180,6 +183,14 @@ TEST(OpTimes, TheLlmElementwiseWorkIsTheLayerCodesOps) {
               1e-10);
   EXPECT_NEAR(bf16.llm_backward[0],
               (2 * (tokens * 2 * (2 * layer_forward - rope) + 10 * 49152) + 6.5 * logits + 10 * table + embedding_grad) / 1e9,
+              1e-10);
+  // Where the GEMM adds into the fp32 .grad itself: no add, but the GEMM reads
+  // and writes 4 bytes a weight instead of writing 2 (6 bytes, not 10).
+  j["gemm_adds_into_fp32"] = true;
+  const OpTimes into_fp32 = op_times(c, Profile::from_json(j, "bf16 adds only, fp32 GEMM sums"));
+  EXPECT_NEAR(into_fp32.llm_forward[0], bf16.llm_forward[0], 1e-12);
+  EXPECT_NEAR(into_fp32.llm_backward[0],
+              (2 * (tokens * 2 * (2 * layer_forward - rope) + 6 * 49152) + 6.5 * logits + 6 * table + embedding_grad) / 1e9,
               1e-10);
 }
 

@@ -3,6 +3,7 @@
 // gradients, fp32, |a - b| <= 1e-6 + 1e-5 * max|b|.
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
+#include <torch/csrc/autograd/function_hook.h>
 
 #include <cmath>
 #include <cstdio>
@@ -18,6 +19,7 @@
 #include "tp/parallel_linear.hpp"
 #include "tp/vocab_parallel.hpp"
 #include "tp/weight_cast.hpp"
+#include "tp/weight_grad.hpp"
 #include "model/autocast_scope.hpp"
 
 namespace hetpar::test {
@@ -511,6 +513,89 @@ TEST(StepCastCache, GradientsGoStraightIntoTheFp32GradAsAutocastWouldAddThem) {
     EXPECT_TRUE(at::equal(w_grad, w_ref)) << "weight gradient, step cache " << step_cache;
     EXPECT_TRUE(at::equal(b_grad, b_ref)) << "bias gradient, step cache " << step_cache;
   }
+}
+
+// gemm_linear (tp/weight_grad.hpp), whose backward adds a copy's weight
+// gradient into the fp32 .grad itself: on the CPU, where no GEMM adds into
+// fp32, the same gradients as autocast's own linear to the bit (weight, bias
+// and input; three micro-batches of a 3-D input through the step's copy).
+TEST(GemmLinear, OnTheCpuGivesAutocastsOwnGradientsToTheBit) {
+  EXPECT_FALSE(gemm_adds_into_fp32(at::Device(at::kCPU))) << "the CPU's LibTorch refuses the form: a refusal is a no";
+  const at::Tensor w0 = data("w", {6, 5}), b0 = data("b", {6});
+  auto run = [&](bool through_gemm_linear) {
+    at::Tensor w = leaf(w0), b = leaf(b0);
+    std::vector<at::Tensor> input_grads;
+    const StepCastCache step(true);
+    for (int m = 0; m < 3; ++m) {
+      const at::Tensor x = data("x" + std::to_string(m), {2, 4, 5}).set_requires_grad(true);
+      const at::Tensor r = data("r" + std::to_string(m), {2, 4, 6});
+      at::Tensor y;
+      {
+        const AutocastScope autocast(true);
+        y = through_gemm_linear ? gemm_linear(x, gemm_weight(w, x), compute_weight(b, x)) : at::linear(x, w, b);
+      }
+      EXPECT_EQ(y.scalar_type(), at::kBFloat16);
+      (y.to(at::kFloat) * r).sum().backward();
+      input_grads.push_back(x.grad());
+    }
+    return std::make_tuple(w.grad(), b.grad(), input_grads);
+  };
+  const auto [w_ref, b_ref, x_ref] = run(false);
+  const auto [w_grad, b_grad, x_grad] = run(true);
+  EXPECT_EQ(w_grad.scalar_type(), at::kFloat);
+  EXPECT_TRUE(at::equal(w_grad, w_ref)) << "weight gradient";
+  EXPECT_TRUE(at::equal(b_grad, b_ref)) << "bias gradient";
+  for (size_t m = 0; m < x_ref.size(); ++m) {
+    EXPECT_EQ(x_grad[m].scalar_type(), at::kFloat) << "the input's gradient in the input's type";
+    EXPECT_TRUE(at::equal(x_grad[m], x_ref[m])) << "input gradient, micro-batch " << m;
+  }
+  // Outside autocast the GEMM reads the weight itself and autograd makes its gradient.
+  const at::Tensor w = leaf(w0), x = data("x", {4, 5});
+  const GemmWeight plain = gemm_weight(w, x);
+  EXPECT_TRUE(plain.value.is_same(w));
+  EXPECT_TRUE(plain.into.empty());
+}
+
+// Through gemm_linear a trained weight's accumulation hook (the gradient
+// buckets' signal, train/grad_reducer.hpp) still fires once a backward, and
+// in a concatenated copy a frozen weight gets no gradient while its
+// neighbour gets the rows of its own (against separate GEMMs, within bf16's
+// rounding of the fused product).
+TEST(GemmLinear, ACopysTrainedWeightsLandOnceABackwardAndFrozenOnesNever) {
+  struct Count : torch::autograd::PostAccumulateGradHook {
+    explicit Count(int* n) : n(n) {}
+    void operator()(const torch::autograd::Variable&) override { ++*n; }
+    int* n;
+  };
+  const at::Tensor a0 = data("a", {6, 5}), b0 = data("b", {2, 5});
+  auto run = [&](bool fused, int* landed) {
+    at::Tensor a = leaf(a0), b = b0.clone();  // b frozen
+    torch::autograd::impl::set_post_acc_grad_hooks(a, std::make_unique<Count>(landed));
+    const StepCastCache step(true);
+    for (int m = 0; m < 2; ++m) {
+      const at::Tensor x = data("x" + std::to_string(m), {4, 5});
+      std::vector<at::Tensor> y;
+      {
+        const AutocastScope autocast(true);
+        if (fused) {
+          const std::optional<GemmWeight> w = fused_gemm_weight({a, b}, x);
+          EXPECT_TRUE(w.has_value());
+          EXPECT_EQ(w->into.size(), 2u) << "every weight of the copy, for their rows";
+          y = gemm_linear(x, *w).split_with_sizes({6, 2}, -1);
+        } else {
+          y = {at::linear(x, a), at::linear(x, b)};
+        }
+      }
+      (y[0].to(at::kFloat).square().sum() + y[1].to(at::kFloat).sum()).backward();
+    }
+    EXPECT_FALSE(b.grad().defined()) << "a frozen weight got a gradient";
+    return a.grad();
+  };
+  int landed_ref = 0, landed = 0;
+  const at::Tensor a_ref = run(false, &landed_ref), a_grad = run(true, &landed);
+  EXPECT_EQ(landed_ref, 2);
+  EXPECT_EQ(landed, 2) << "the trained weight's hook, once each of the 2 backwards";
+  EXPECT_TRUE(at::allclose(a_grad, a_ref, 1e-2, 1e-2));
 }
 
 // hetpar's RMSNorm (model/norms.hpp) against ATen's on the CPU: the output

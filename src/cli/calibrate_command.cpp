@@ -19,6 +19,7 @@
 #include "metrics/compute_peak.hpp"
 #include "model/attention.hpp"
 #include "model/norms.hpp"
+#include "tp/weight_grad.hpp"
 #include "plan/calibration.hpp"
 #include "util/build_info.hpp"
 #include "util/durable_file.hpp"
@@ -284,6 +285,7 @@ int run_calibrate(const CalibrateArgs& args) {
   profile["attention_keeps_probabilities"] = grouped_query_attention_keeps_probabilities(options.device);
   profile["norm_backward_unfused"] = rms_norm_backward_is_unfused(options.device);
   profile["reduce_scatter_copies_input"] = reduce_scatter_copies_input(gpu ? "nccl" : "gloo");
+  profile["gemm_adds_into_fp32"] = gemm_adds_into_fp32(options.device);
   write_file_atomic(args.out, profile.dump(2) + "\n");
   log_info("{}", summary_text(profile));
   log_info("calibrate: wrote {} in {:.0f} s", args.out, profile["measured"]["seconds"].get<double>());

@@ -6,6 +6,7 @@
 #include "model/recompute.hpp"
 #include "parallel/pipeline_schedule.hpp"
 #include "tp/weight_cast.hpp"
+#include "tp/weight_grad.hpp"
 
 namespace hetpar {
 
@@ -58,7 +59,7 @@ at::Tensor VisionEncoder::forward(const at::Tensor& pixels) { return features(bl
 
 at::Tensor VisionEncoder::embed(const at::Tensor& pixels) {
   const at::Tensor patches = patchify(pixels, config_.patch_size);
-  return at::linear(patches, compute_weight(patch_weight, patches), compute_weight(patch_bias, patches)) + position_embedding;
+  return gemm_linear(patches, gemm_weight(patch_weight, patches), compute_weight(patch_bias, patches)) + position_embedding;
 }
 
 at::Tensor VisionEncoder::blocks(const at::Tensor& input) {

@@ -152,8 +152,9 @@ double part_transient(const Part& p, const BackwardMoments& m, int64_t micro_bat
 //   product, freed by the down projection's backward), in bf16 three (the
 //   fused gate and up projection's gradient and a factor's, at that
 //   projection's backward, with its input's gradient and a weight's bf16
-//   gradient); the residual stream's gradient coming in; with the top layer
-//   recomputed, its work made again; less the final norm's kept input and
+//   gradient, none where the GEMM adds into the fp32 .grad itself); the
+//   residual stream's gradient coming in; with the top layer recomputed,
+//   its work made again; less the final norm's kept input and
 //   output on the last stage (`final_norm` bytes: the head's and the norm's
 //   backwards freed them);
 // - under sequence parallelism, the head's backward on the last stage: its
@@ -179,7 +180,8 @@ double backward_transient(const BackwardShape& b, const MemoryAssumptions& a) {
   const bool low = eb < kFp32;
   const double head_grad = b.gradients_unmade && b.last ? b.vocab_local * h * kFp32 : 0;
   const double mlp_made = b.gradients_unmade ? head_grad + (b.last ? h * kFp32 : 0) + f * h * kFp32 : 0;
-  const double hidden_grads = t * f * eb * (low ? 3 : 2) + (low ? t * h * eb + h * f * eb : 0);
+  const double weight_grad = a.gemm_adds_into_fp32 ? 0 : h * f * eb;
+  const double hidden_grads = t * f * eb * (low ? 3 : 2) + (low ? t * h * eb + weight_grad : 0);
   double most = b.recomputed_top_layer + b.residual + hidden_grads - b.final_norm + mlp_made;
   if (b.last && b.split > 1) {
     const double whole = t * h * eb * (2 + (a.reduce_scatter_copies_input ? 1 : 0));
@@ -321,7 +323,7 @@ Part encoder_part(const RunConfig& c, int s, int64_t in_flight, double images, c
     // send done and freed, the projector's output weight's new gradient
     // (fp32, and first in bf16) beside the gradient and its input's.
     const double weight = double(c.llm.hidden) * double(c.llm.hidden) / lay.tp;
-    const double low_copy = eb < kFp32 ? weight * eb : 0;
+    const double low_copy = eb < kFp32 && !a.gemm_adds_into_fp32 ? weight * eb : 0;
     const double rows = images * row_bytes;
     moments.first = std::max(2 * rows, rows + low_copy + weight * kFp32);
     moments.last = moments.first;
@@ -389,7 +391,7 @@ int64_t most_images_per_sample(const RunConfig& c) {
 
 MemoryAssumptions memory_assumptions(const Profile& profile) {
   return {profile.element_bytes(), profile.reserved_bytes(), profile.attention_keeps_probabilities(),
-          profile.norm_backward_unfused(), profile.reduce_scatter_copies_input()};
+          profile.norm_backward_unfused(), profile.reduce_scatter_copies_input(), profile.gemm_adds_into_fp32()};
 }
 
 std::vector<RankMemory> rank_memory(const RunConfig& c, const MemoryAssumptions& a) {

@@ -67,6 +67,7 @@ struct MemoryAssumptions {
   bool attention_keeps_probabilities = false;  // unfused grouped-query attention (CPU)
   bool norm_backward_unfused = false;          // RMSNorm's backward as separate ops (CPU)
   bool reduce_scatter_copies_input = false;    // the backend copies a reduce-scatter's input (Gloo)
+  bool gemm_adds_into_fp32 = false;            // no bf16 weight gradients (tp/weight_grad.hpp; some GPUs)
 };
 MemoryAssumptions memory_assumptions(const Profile& profile);
 

@@ -58,11 +58,15 @@ int members_per_node(const Profile& p, int first, int stride, int size) {
 // is cast to bf16 once a step (`cast_share` of it falls on a micro-batch) and
 // its bf16 gradient is added straight into the fp32 .grad (a bf16 and an fp32
 // value read, one written). No micro-batch copies weights otherwise: the
-// fused projections read the step's concatenated copy.
+// fused projections read the step's concatenated copy. Where the device's
+// GEMM adds into fp32 (`gemm_adds_into_fp32`, tp/weight_grad.hpp) there is no
+// add: the weight-gradient GEMM reads and writes the fp32 .grad instead of
+// writing a bf16 gradient, 4 + 4 - 2 bytes more than the write its rate holds.
 Cost weight_traffic(const Profile& p, double weights, double cast_share) {
   const double e = p.element_bytes();
   const double cast = e < kFp32 ? cast_share * (kFp32 + e) * weights : 0;
-  return {p.memory_seconds("add", cast), p.memory_seconds("add", (2 * kFp32 + e) * weights)};
+  const double gradient = e < kFp32 && p.gemm_adds_into_fp32() ? 2 * kFp32 - e : 2 * kFp32 + e;
+  return {p.memory_seconds("add", cast), p.memory_seconds("add", gradient * weights)};
 }
 
 struct LayerShape {

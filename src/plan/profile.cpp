@@ -79,6 +79,7 @@ Profile Profile::from_json(const nlohmann::json& j, const std::string& origin) {
   p.attention_keeps_probabilities_ = optional_flag("attention_keeps_probabilities");
   p.norm_backward_unfused_ = optional_flag("norm_backward_unfused");
   p.reduce_scatter_copies_input_ = optional_flag("reduce_scatter_copies_input");
+  p.gemm_adds_into_fp32_ = optional_flag("gemm_adds_into_fp32");
   if (const auto shared = j.find("shared_cores"); shared != j.end()) {
     const double e = positive(*shared, "efficiency", origin + ": shared_cores");
     if (e > 1) throw std::runtime_error(origin + ": shared_cores: \"efficiency\" must be at most 1");

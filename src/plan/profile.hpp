@@ -85,6 +85,9 @@ class Profile {
   // reducing it (Gloo's): both add to a backward's transient memory.
   bool norm_backward_unfused() const { return norm_backward_unfused_; }
   bool reduce_scatter_copies_input() const { return reduce_scatter_copies_input_; }
+  // Whether the device's GEMM adds a bf16 product into the fp32 .grad itself
+  // (tp/weight_grad.hpp): no bf16 weight gradient, and no pass adding it.
+  bool gemm_adds_into_fp32() const { return gemm_adds_into_fp32_; }
 
  private:
   struct Gemm { double log_m, log_n, log_k, flops_per_second, backward_flops_per_second; };
@@ -116,7 +119,7 @@ class Profile {
   int gpus_per_node_ = 0;
   double memory_bytes_ = 0, reserved_bytes_ = 0;
   bool memory_shared_ = false, attention_keeps_probabilities_ = false;
-  bool norm_backward_unfused_ = false, reduce_scatter_copies_input_ = false;
+  bool norm_backward_unfused_ = false, reduce_scatter_copies_input_ = false, gemm_adds_into_fp32_ = false;
 };
 
 }  // namespace hetpar

@@ -9,6 +9,7 @@
 #include "tp/sequence_split.hpp"
 #include "tp/tp_comm_ops.hpp"
 #include "tp/weight_cast.hpp"
+#include "tp/weight_grad.hpp"
 
 namespace hetpar {
 
@@ -32,19 +33,23 @@ using torch::autograd::tensor_list;
 // part is kept for the backward, which gathers it again for the weights'
 // gradients (an all-gather more, where keeping the whole would hold
 // 1 - 1/tp of the input's bytes a layer until the backward) and
-// reduce-scatters the input's gradient back into parts.
+// reduce-scatters the input's gradient back into parts. Weights as GEMMs read
+// them (`values`); the fp32 weights whose .grad a copy's gradient goes into
+// (`into`, `into_counts` of them for each value, tp/weight_grad.hpp).
 struct GatheredLinears : torch::autograd::Function<GatheredLinears> {
-  static tensor_list forward(AutogradContext* ctx, const at::Tensor& part, at::TensorList weights, at::TensorList biases,
-                             Group* g) {
+  static tensor_list forward(AutogradContext* ctx, const at::Tensor& part, at::TensorList values, at::TensorList into,
+                             const std::vector<int64_t>& into_counts, at::TensorList biases, Group* g) {
     save_pointer(ctx, "group", g);
     std::vector<at::Tensor> saved{part};
-    saved.insert(saved.end(), weights.begin(), weights.end());
+    saved.insert(saved.end(), values.begin(), values.end());
     ctx->save_for_backward(saved);
+    ctx->saved_data["into"] = into.vec();
+    ctx->saved_data["into_counts"] = into_counts;
     ctx->saved_data["biases"] = static_cast<int64_t>(biases.size());
     const at::Tensor whole = all_gather_sequence(part, *g);
     tensor_list outputs;
-    for (size_t i = 0; i < weights.size(); ++i) {
-      outputs.push_back(at::linear(whole, weights[i], biases.empty() ? at::Tensor() : biases[i]));
+    for (size_t i = 0; i < values.size(); ++i) {
+      outputs.push_back(at::linear(whole, values[i], biases.empty() ? at::Tensor() : biases[i]));
     }
     return outputs;
   }
@@ -57,19 +62,32 @@ struct GatheredLinears : torch::autograd::Function<GatheredLinears> {
     Group& g = *saved_pointer<Group>(ctx, "group");
     const auto saved = ctx->get_saved_variables();
     const at::Tensor& part = saved[0];
+    const std::vector<at::Tensor> into = ctx->saved_data["into"].toTensorVector();
+    const std::vector<int64_t> counts = ctx->saved_data["into_counts"].toIntVector();
     const size_t n = saved.size() - 1, biases = static_cast<size_t>(ctx->saved_data["biases"].toInt());
-    tensor_list out(1 + n + biases + 1);  // part, weights, biases, group
+    tensor_list out(1 + n + into.size() + 1 + biases + 1);  // part, values, into, counts, biases, group
+    // A bias's slot among the arguments, and among the tensors (needs_input_grad counts tensors only).
+    const size_t first_bias = 1 + n + into.size() + 1, first_bias_tensor = 1 + n + into.size();
     const auto rows = [](const at::Tensor& t) { return t.reshape({-1, t.size(-1)}); };
     bool weights_train = false;
     for (size_t i = 0; i < n; ++i) weights_train = weights_train || ctx->needs_input_grad(1 + i);
+    for (const at::Tensor& w : into) weights_train = weights_train || w.requires_grad();
     if (weights_train) {
       const at::Tensor whole = rows(all_gather_sequence(part, g));
+      auto first_into = into.begin();
       for (size_t i = 0; i < n; ++i) {
-        if (grads[i].defined() && ctx->needs_input_grad(1 + i)) out[1 + i] = rows(grads[i]).t().mm(whole);
+        const std::vector<at::Tensor> own(first_into, first_into + counts[i]);
+        first_into += counts[i];
+        if (!grads[i].defined()) continue;
+        if (!own.empty()) {
+          add_weight_gradients(own, rows(grads[i]), whole);
+        } else if (ctx->needs_input_grad(1 + i)) {
+          out[1 + i] = rows(grads[i]).t().mm(whole);
+        }
       }
     }
     for (size_t i = 0; i < n && i < biases; ++i) {
-      if (grads[i].defined() && ctx->needs_input_grad(1 + n + i)) out[1 + n + i] = rows(grads[i]).sum(0);
+      if (grads[i].defined() && ctx->needs_input_grad(first_bias_tensor + i)) out[first_bias + i] = rows(grads[i]).sum(0);
     }
     if (!ctx->needs_input_grad(0)) return out;
     at::Tensor d_whole;  // [tokens, in], then the parts' shape
@@ -92,26 +110,34 @@ struct GatheredLinears : torch::autograd::Function<GatheredLinears> {
   }
 };
 
-// Column-parallel GEMMs of `x` with `weights` and `biases` (compute copies,
-// tp/weight_cast.hpp; biases empty or one a weight), one output each. Whole
+// Column-parallel GEMMs of `x` with `weights` and `biases` (biases: compute
+// copies, tp/weight_cast.hpp; empty or one a weight), one output each. Whole
 // sequences: x on every rank, its gradient the sum of every rank's partial
 // gradient. Split: x is this rank's part; under autocast the parts travel
 // in the precision the GEMMs read them in (half the bytes of the fp32
 // residual stream), and so does their gradient's sum.
-std::vector<at::Tensor> column_linears(const at::Tensor& x, const std::vector<at::Tensor>& weights,
+std::vector<at::Tensor> column_linears(const at::Tensor& x, const std::vector<GemmWeight>& weights,
                                        const std::vector<at::Tensor>& biases, Group& tp, TpSequence sequence) {
   if (sequence == TpSequence::kSplit && tp.size() > 1) {
     const c10::DeviceType device = x.device().type();
     const bool autocast = x.scalar_type() == at::kFloat && at::autocast::is_autocast_enabled(device);
     const at::Tensor part = autocast ? x.to(at::autocast::get_lower_precision_fp_from_device_type(device)) : x;
+    std::vector<at::Tensor> values, into;
+    std::vector<int64_t> into_counts;
+    for (const GemmWeight& w : weights) {
+      values.push_back(w.value);
+      into.insert(into.end(), w.into.begin(), w.into.end());
+      into_counts.push_back(static_cast<int64_t>(w.into.size()));
+    }
     // As TensorLists: autograd takes a list's tensors as inputs only in that type.
-    return GatheredLinears::apply(part, at::TensorList(weights), at::TensorList(biases), &tp);
+    return GatheredLinears::apply(part, at::TensorList(values), at::TensorList(into), into_counts,
+                                  at::TensorList(biases), &tp);
   }
   // One input for every GEMM: autograd sums their gradients into it, then one all-reduce.
   const at::Tensor input = identity_fwd_allreduce_bwd(x, tp);
   std::vector<at::Tensor> outputs;
   for (size_t i = 0; i < weights.size(); ++i) {
-    outputs.push_back(at::linear(input, weights[i], biases.empty() ? at::Tensor() : biases[i]));
+    outputs.push_back(gemm_linear(input, weights[i], biases.empty() ? at::Tensor() : biases[i]));
   }
   return outputs;
 }
@@ -127,7 +153,7 @@ ColumnParallelLinear::ColumnParallelLinear(const LinearSpec& spec, Group& tp, bo
 at::Tensor ColumnParallelLinear::forward(const at::Tensor& x) {
   std::vector<at::Tensor> biases;
   if (bias.defined()) biases.push_back(compute_weight(bias, x));
-  const at::Tensor y = column_linears(x, {compute_weight(weight, x)}, biases, tp_, sequence_)[0];
+  const at::Tensor y = column_linears(x, {gemm_weight(weight, x)}, biases, tp_, sequence_)[0];
   return gather_output_ ? allgather_fwd_split_bwd(y, tp_) : y;
 }
 
@@ -147,17 +173,18 @@ std::vector<at::Tensor> fused_column_parallel(const at::Tensor& x, const std::ve
   for (const ColumnParallelLinear* l : layers) {
     if (l->sequence() != sequence) throw std::logic_error("fused_column_parallel: the layers' sequence layouts differ");
   }
-  if (const at::Tensor fused = fused_compute_weight(weights, x); fused.defined()) {
+  if (const std::optional<GemmWeight> fused = fused_gemm_weight(weights, x)) {
     std::vector<at::Tensor> fused_bias;
     if (!biases.empty()) fused_bias.push_back(fused_compute_weight(biases, x));
-    return column_linears(x, {fused}, fused_bias, tp, sequence)[0].split_with_sizes(widths, -1);
+    return column_linears(x, {*fused}, fused_bias, tp, sequence)[0].split_with_sizes(widths, -1);
   }
-  std::vector<at::Tensor> compute_weights, compute_biases;
+  std::vector<GemmWeight> separate;
+  std::vector<at::Tensor> compute_biases;
   for (const ColumnParallelLinear* l : layers) {
-    compute_weights.push_back(compute_weight(l->weight, x));
+    separate.push_back(gemm_weight(l->weight, x));
     if (l->bias.defined()) compute_biases.push_back(compute_weight(l->bias, x));
   }
-  return column_linears(x, compute_weights, compute_biases, tp, sequence);
+  return column_linears(x, separate, compute_biases, tp, sequence);
 }
 
 RowParallelLinear::RowParallelLinear(const LinearSpec& spec, Group& tp, bool input_is_sharded, TpSequence sequence)
@@ -168,7 +195,7 @@ RowParallelLinear::RowParallelLinear(const LinearSpec& spec, Group& tp, bool inp
 
 at::Tensor RowParallelLinear::forward(const at::Tensor& x) {
   at::Tensor local = input_is_sharded_ ? x : split_fwd_allgather_bwd(x, tp_);
-  const at::Tensor partial = at::linear(local, compute_weight(weight, local));
+  const at::Tensor partial = gemm_linear(local, gemm_weight(weight, local));
   if (sequence_ == TpSequence::kWhole) {
     const at::Tensor y = allreduce_fwd_identity_bwd(partial, tp_);
     return bias.defined() ? y + bias : y;

@@ -70,22 +70,34 @@ bool autocasts(const at::Tensor& weight, const at::Tensor& input) {
          at::autocast::is_autocast_enabled(input.device().type());
 }
 
-// The compute copy of `weights` (all autocast ones), through this micro-batch's own node when any trains.
-at::Tensor compute_copy(const std::vector<at::Tensor>& weights, const at::Tensor& input) {
+bool trains(const std::vector<at::Tensor>& weights) {
+  return std::any_of(weights.begin(), weights.end(), [](const at::Tensor& w) { return w.requires_grad(); });
+}
+
+// The compute copy of `weights` (all autocast ones): this step's while a
+// StepCastCache is open, else a fresh one; a frozen weight's is never kept,
+// as autocast does.
+at::Tensor step_copy(const std::vector<at::Tensor>& weights, const at::Tensor& input) {
   const at::ScalarType dtype = at::autocast::get_lower_precision_fp_from_device_type(input.device().type());
-  const bool trains = std::any_of(weights.begin(), weights.end(), [](const at::Tensor& w) { return w.requires_grad(); });
-  if (!trains) return cast_copy(weights, dtype);  // a frozen weight: no copy kept, as autocast does
-  at::Tensor copy;
-  if (step_casts.open > 0) {
-    std::vector<const c10::TensorImpl*> key;
-    for (const at::Tensor& w : weights) key.push_back(w.unsafeGetTensorImpl());
-    at::Tensor& cached = step_casts.copies[key];
-    if (!cached.defined()) cached = cast_copy(weights, dtype);
-    copy = cached;
-  } else {
-    copy = cast_copy(weights, dtype);
-  }
+  if (!trains(weights) || step_casts.open == 0) return cast_copy(weights, dtype);
+  std::vector<const c10::TensorImpl*> key;
+  for (const at::Tensor& w : weights) key.push_back(w.unsafeGetTensorImpl());
+  at::Tensor& cached = step_casts.copies[key];
+  if (!cached.defined()) cached = cast_copy(weights, dtype);
+  return cached;
+}
+
+// The copy through this micro-batch's own node when any weight trains.
+at::Tensor compute_copy(const std::vector<at::Tensor>& weights, const at::Tensor& input) {
+  const at::Tensor copy = step_copy(weights, input);
+  if (!trains(weights)) return copy;
   return UseComputeCopy::apply(at::TensorList(weights), copy);
+}
+
+GemmWeight copy_for_gemm(const std::vector<at::Tensor>& weights, const at::Tensor& input) {
+  GemmWeight g{step_copy(weights, input), {}};
+  if (trains(weights)) g.into = weights;
+  return g;
 }
 
 }  // namespace
@@ -101,6 +113,19 @@ at::Tensor fused_compute_weight(const std::vector<at::Tensor>& weights, const at
     return at::Tensor();
   }
   return compute_copy(weights, input);
+}
+
+GemmWeight gemm_weight(const at::Tensor& weight, const at::Tensor& input) {
+  if (!autocasts(weight, input)) return {weight, {}};
+  return copy_for_gemm({weight}, input);
+}
+
+std::optional<GemmWeight> fused_gemm_weight(const std::vector<at::Tensor>& weights, const at::Tensor& input) {
+  if (weights.empty() || !std::all_of(weights.begin(), weights.end(),
+                                      [&](const at::Tensor& w) { return autocasts(w, input); })) {
+    return std::nullopt;
+  }
+  return copy_for_gemm(weights, input);
 }
 
 StepCastCache::StepCastCache(bool enabled) : enabled_(enabled) {

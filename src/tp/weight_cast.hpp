@@ -15,6 +15,11 @@
 // two or more micro-batches a step the whole model's worth was alive at once
 // when the last backward began).
 //
+// The weight matmuls take the copy through gemm_weight and gemm_linear
+// (tp/weight_grad.hpp), whose backward adds the gradient into .grad itself
+// (in fp32 on a GPU whose GEMM can); compute_weight's node, below, serves
+// the biases and any other use of a copy.
+//
 // Each micro-batch's forward hands out the step's copy through a node of its
 // own, so the gradient is added into .grad as soon as the GEMM's backward has
 // it. (One node made in the first micro-batch and reused is older than every
@@ -25,6 +30,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <optional>
 #include <vector>
 
 namespace hetpar {
@@ -39,6 +45,22 @@ at::Tensor compute_weight(const at::Tensor& weight, const at::Tensor& input);
 // GEMM; undefined outside autocast, where the matmuls read the fp32 weights
 // themselves and a concatenation would be a copy (they run as separate GEMMs).
 at::Tensor fused_compute_weight(const std::vector<at::Tensor>& weights, const at::Tensor& input);
+
+// What a GEMM reads for weights, with where its weight gradient goes. Under
+// bf16 autocast: the step's copy, untracked (the same copy as above), and the
+// trained fp32 weights whose .grad the GEMM's backward adds its gradient into
+// itself (tp/weight_grad.hpp: in fp32 where the device's GEMM can); `into`
+// holds every weight of a concatenated copy, in order, when any of them
+// trains, and is empty when none does. Outside autocast: the weight itself,
+// whose gradient autograd makes.
+struct GemmWeight {
+  at::Tensor value;
+  std::vector<at::Tensor> into;
+};
+GemmWeight gemm_weight(const at::Tensor& weight, const at::Tensor& input);
+// `weights` concatenated along their first dimension for one GEMM: only under
+// autocast (nullopt outside it, where they run as separate GEMMs).
+std::optional<GemmWeight> fused_gemm_weight(const std::vector<at::Tensor>& weights, const at::Tensor& input);
 
 // Open for a step's micro-batches: the bf16 copies live until it closes,
 // before the optimizer changes the weights in place, so no stale copy

@@ -12,6 +12,7 @@
 #include "parallel/pipeline_schedule.hpp"
 #include "parallel/rank_grid.hpp"
 #include "parallel/rank_parts.hpp"
+#include "tp/weight_grad.hpp"
 #include "util/build_info.hpp"
 
 namespace hetpar {
@@ -29,6 +30,8 @@ double encoder_share(const RunConfig& c) {
 RunMetrics::RunMetrics(const RunConfig& config, Runtime& runtime, const BatchSource& data, const at::Device& device)
     : config_(config), data_(data), world_size_(runtime.world_size()), backend_(runtime.backend()),
       device_meta_(device_metadata(device)) {
+  // Which weight-gradient path the backward takes (asked here, before any step: the question reads a value back).
+  device_meta_["gemm_adds_into_fp32"] = gemm_adds_into_fp32(device);
   // MFU is against the peak of the precision the matmuls run in.
   const bool bf16 = computes_in_bf16(config);
   if (device.is_cuda()) {
