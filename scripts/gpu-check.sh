@@ -132,13 +132,8 @@ stage bf16_cuda 120 $HETPAR train $TINY --set runtime.device=$DEVICE --set run.p
 stage host_sync 120 env HETPAR_CHECK_HOST_SYNCS=1 TORCH_SHOW_CPP_STACKTRACES=1 $HETPAR train $TINY --set runtime.device=$DEVICE --set run.steps=3 \
   --out "$OUT/host_sync"
 THROUGHPUT=workloads/runs/gpu_check_llama8b_layers.toml
-# The published profile of the chip in the machine (the H200's where the name says neither H100 nor A100):
-# its memory-bound rates differ by the chip's HBM, so another chip's would skew the prediction.
-case "$("$PY" -c "import json; print(json.load(open('$OUT/devices.json'))['devices'][0]['device'])" 2>/dev/null)" in
-  *H100*) PUBLISHED=profiles/h100_dgx.json ;;
-  *A100*) PUBLISHED=profiles/a100_dgx.json ;;
-  *) PUBLISHED=profiles/h200_dgx.json ;;
-esac
+# The published profile of the chip in the machine (gpu_check_report.py says which).
+PUBLISHED=$("$PY" scripts/gpu_check_report.py --published-profile "$OUT/devices.json")
 if ((REHEARSE)); then
   skip throughput "rehearsal: Llama-3-8B-shaped layers need a GPU"
   skip calibrate "rehearsal: needs a GPU"

@@ -28,6 +28,20 @@ def max_relative_difference(a, b):
     return worst
 
 
+def published_profile(devices_json):
+    """The published profile of the chip `hetpar devices` found (the H200's where
+    the name says neither H100 nor A100): memory-bound rates follow the chip's
+    HBM, so another chip's would skew the prediction."""
+    try:
+        name = json.loads(Path(devices_json).read_text())["devices"][0]["device"]
+    except (OSError, ValueError, KeyError, IndexError):
+        name = ""
+    for chip, profile in (("H100", "h100_dgx.json"), ("A100", "a100_dgx.json")):
+        if chip in name:
+            return "profiles/" + profile
+    return "profiles/h200_dgx.json"
+
+
 def main(out):
     out = Path(out)
     stages = {}
@@ -107,13 +121,13 @@ def main(out):
         plan = json.loads(plan_path.read_text()) if plan_path.exists() else {}
         given = plan.get("given")
         name = f"step-time model, {profile} profile"
-        if profile == "published" and plan.get("profile"):
-            name += f" ({Path(plan['profile']).name})"
         if not given or not s:
             check(name, None, "no prediction" if not given else "no measurement", "within 15 %")
             continue
         error = given["step_seconds"] / s["step_seconds_median"] - 1
         figure = f"predicted {given['step_seconds']:.3f} s/step ({100 * error:+.1f} %)"
+        if profile == "published" and plan.get("profile"):
+            figure = f"{Path(plan['profile']).name}: {figure}"
         # The allocator counts tensors alone: the model's fullest rank less its reserved part (the CUDA context).
         measured_tensors = s.get("peak_tensor_mib") or s.get("peak_memory_mib")
         if measured_tensors:
@@ -156,6 +170,9 @@ def main(out):
 
 
 if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--published-profile":
+        print(published_profile(sys.argv[2]))
+        sys.exit(0)
     if len(sys.argv) != 2:
-        sys.exit("usage: gpu_check_report.py OUT_DIR")
+        sys.exit("usage: gpu_check_report.py OUT_DIR | --published-profile DEVICES_JSON")
     sys.exit(main(sys.argv[1]))

@@ -59,7 +59,7 @@ def crafted(out, bf16_shift, mfu, recompute_shift=0.0):
     (out / "throughput" / "steps.jsonl").write_text(steps([9.0, 8.0, 7.0]))
     (out / "throughput" / "summary.json").write_text(json.dumps({
         "warmup_steps": 1, "mfu": mfu, "tflops_per_gpu": mfu * 989, "step_seconds_median": 1.0, "peak_source": "x",
-        "peak_memory_mib": 1024.0, "peak_tensor_mib": 1024.0}))
+        "peak_memory_mib": 1024.0, "peak_tensor_mib": 1024.0, "gemm_adds_into_fp32": True}))
 
 
 def report(out):
@@ -129,8 +129,9 @@ def test_report_checks_the_two_gpu_runs(tmp_path, sums_after_shift, started, sha
 def plan(out, profile, step_seconds):
     (out / f"plan_{profile}").mkdir()
     (out / f"plan_{profile}" / "plan.json").write_text(json.dumps(
-        {"format": "hetpar-plan/1", "given": {"step_seconds": step_seconds, "peak_memory_bytes": 1.25 * 2**30,
-                                               "fullest_rank_bytes": {"reserved": 0.15 * 2**30}}}))
+        {"format": "hetpar-plan/1", "profile": f"profiles/{profile}.json",
+         "given": {"step_seconds": step_seconds, "peak_memory_bytes": 1.25 * 2**30,
+                   "fullest_rank_bytes": {"reserved": 0.15 * 2**30}}}))
 
 
 def test_report_sets_the_model_beside_the_measurement(tmp_path):
@@ -141,12 +142,28 @@ def test_report_sets_the_model_beside_the_measurement(tmp_path):
     code, text, result = report(out)
     by_name = {c["check"]: c for c in result["checks"]}
     assert by_name["step-time model, published profile"]["result"] == "pass"
+    assert by_name["step-time model, published profile"]["figure"].startswith("published.json: predicted 1.100")
     assert "(+10.0 %)" in by_name["step-time model, published profile"]["figure"]
+    assert "weight gradients summed in fp32 by the GEMM" in by_name["throughput (8B-shaped layers, bf16)"]["figure"]
     # The tensor part (1.25 - 0.15 GiB) against the allocator's 1 GiB peak.
     assert "tensor memory 1.1 GiB (+10.0 %)" in by_name["step-time model, published profile"]["figure"]
     assert by_name["step-time model, measured profile"]["result"] == "FAIL"  # 20 % off
     assert "(-20.0 %)" in by_name["step-time model, measured profile"]["figure"]
     assert code == 1, text
+
+
+# The step-time model is checked on the published profile of the chip found.
+@pytest.mark.parametrize("device, profile", [("NVIDIA H100 80GB HBM3", "h100_dgx"), ("NVIDIA A100-SXM4-80GB", "a100_dgx"),
+                                             ("NVIDIA H200", "h200_dgx"), ("cpu: AMD EPYC", "h200_dgx"), (None, "h200_dgx")])
+def test_the_published_profile_is_the_chips(tmp_path, device, profile):
+    devices = tmp_path / "devices.json"
+    if device is not None:  # None: no devices.json (the devices stage failed)
+        devices.write_text(json.dumps({"cuda_devices": 1, "devices": [{"device": device}]}))
+    done = subprocess.run([sys.executable, str(REPORT), "--published-profile", str(devices)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"profiles/{profile}.json"
+    assert (SOURCE / done.stdout.strip()).exists()
 
 
 # The rehearsal runs every stage a CPU can, as the script writes it: a typo in
@@ -174,6 +191,7 @@ def test_rehearsal_runs_every_stage_a_cpu_can(tmp_path):
     assert by_name["devices"] == by_name["gpu_tests"] == by_name["throughput (8B-shaped layers, bf16)"] == "not run"
     parities = [name for name in by_name if " vs " in name]
     assert len(parities) == 8 and all(by_name[name] == "pass" for name in parities), by_name
+    assert json.loads((out / "plan_published" / "plan.json").read_text())["profile"] == "profiles/h200_dgx.json"
     # Every run was on the CPU.
     for run in ("fp32_cuda", "bf16_cuda", "colocated_2_sp"):
         assert json.loads((out / run / "summary.json").read_text())["device"].startswith("cpu"), run
