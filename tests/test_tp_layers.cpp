@@ -520,6 +520,7 @@ TEST(StepCastCache, GradientsGoStraightIntoTheFp32GradAsAutocastWouldAddThem) {
 // fp32, the same gradients as autocast's own linear to the bit (weight, bias
 // and input; three micro-batches of a 3-D input through the step's copy).
 TEST(GemmLinear, OnTheCpuGivesAutocastsOwnGradientsToTheBit) {
+  EXPECT_TRUE(libtorch_has_fp32_output_gemms()) << "every LibTorch hetpar supports (2.11 to 2.15) should have aten::mm.dtype and aten::addmm.dtype_out";
   EXPECT_FALSE(gemm_adds_into_fp32(at::Device(at::kCPU))) << "the CPU's LibTorch refuses the form: a refusal is a no";
   const at::Tensor w0 = data("w", {6, 5}), b0 = data("b", {6});
   auto run = [&](bool through_gemm_linear) {

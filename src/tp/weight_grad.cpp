@@ -1,10 +1,12 @@
 #include "tp/weight_grad.hpp"
 
 #include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/autograd.h>
 
 #include <map>
 #include <mutex>
+#include <optional>
 #include <utility>
 
 namespace hetpar {
@@ -20,7 +22,38 @@ at::Tensor exact_values(int64_t rows, int64_t cols, int modulo, double scale, co
   return (at::arange(rows * cols, on).remainder(modulo) - modulo / 2).div(scale).reshape({rows, cols});
 }
 
+// aten's GEMMs that write fp32 from bf16 operands, found by name in the
+// dispatcher: a LibTorch without them still builds, and answers no.
+using MmTo = at::Tensor(const at::Tensor&, const at::Tensor&, at::ScalarType);
+using AddmmOutTo = at::Tensor&(const at::Tensor&, const at::Tensor&, const at::Tensor&, at::ScalarType,
+                               const at::Scalar&, const at::Scalar&, at::Tensor&);
+struct Fp32OutputGemms {
+  std::optional<c10::TypedOperatorHandle<MmTo>> mm;               // aten::mm.dtype
+  std::optional<c10::TypedOperatorHandle<AddmmOutTo>> addmm_out;  // aten::addmm.dtype_out
+};
+const Fp32OutputGemms& fp32_output_gemms() {
+  static const Fp32OutputGemms gemms = [] {
+    Fp32OutputGemms g;
+    c10::Dispatcher& dispatcher = c10::Dispatcher::singleton();
+    try {
+      if (const auto mm = dispatcher.findSchema({"aten::mm", "dtype"})) g.mm = mm->typed<MmTo>();
+      if (const auto addmm = dispatcher.findSchema({"aten::addmm", "dtype_out"})) g.addmm_out = addmm->typed<AddmmOutTo>();
+    } catch (const c10::Error&) {  // another signature than this one's: not used
+      g = {};
+    }
+    return g;
+  }();
+  return gemms;
+}
+
+// a · b in fp32 from bf16 operands; c += a · b in place, in fp32.
+at::Tensor mm_to_fp32(const at::Tensor& a, const at::Tensor& b) { return fp32_output_gemms().mm->call(a, b, at::kFloat); }
+void add_mm_into_fp32(at::Tensor& c, const at::Tensor& a, const at::Tensor& b) {
+  fp32_output_gemms().addmm_out->call(c, a, b, at::kFloat, 1, 1, c);
+}
+
 bool ask_device(const at::Device& device) {
+  if (!libtorch_has_fp32_output_gemms()) return false;
   try {
     const at::NoGradGuard no_grad;
     const at::TensorOptions fp32 = at::TensorOptions(at::kFloat).device(device);
@@ -29,9 +62,9 @@ bool ask_device(const at::Device& device) {
     const at::Tensor addend = exact_values(48, 32, 11, 3, fp32);
     const at::Tensor want = grad_rows.narrow(1, 16, 48).t().mm(input_rows);
     const at::Tensor part = grad_rows.to(at::kBFloat16).narrow(1, 16, 48).t(), input = input_rows.to(at::kBFloat16);
-    const at::Tensor made = at::mm(part, input, at::kFloat);
+    const at::Tensor made = mm_to_fp32(part, input);
     at::Tensor added = addend.clone();
-    at::addmm_out(added, added, part, input, at::kFloat);
+    add_mm_into_fp32(added, part, input);
     return made.scalar_type() == at::kFloat && added.scalar_type() == at::kFloat && at::equal(made, want) &&
            at::allclose(added, addend + want, 1e-6, 1e-6);
   } catch (const c10::Error&) {
@@ -77,6 +110,8 @@ struct CopyLinear : torch::autograd::Function<CopyLinear> {
 
 }  // namespace
 
+bool libtorch_has_fp32_output_gemms() { return fp32_output_gemms().mm && fp32_output_gemms().addmm_out; }
+
 bool gemm_adds_into_fp32(const at::Device& device) {
   static std::mutex mutex;
   static std::map<std::pair<c10::DeviceType, int>, bool> answers;
@@ -106,9 +141,9 @@ void add_weight_gradients(const std::vector<at::Tensor>& into, const at::Tensor&
     if (in_fp32) {
       const at::Tensor part = grad_rows.narrow(1, first - rows, rows).t();
       if (grad.defined()) {
-        at::addmm_out(grad, grad, part, input_rows, at::kFloat);
+        add_mm_into_fp32(grad, part, input_rows);
       } else {
-        grad = at::mm(part, input_rows, at::kFloat);
+        grad = mm_to_fp32(part, input_rows);
       }
       continue;
     }

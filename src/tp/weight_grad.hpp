@@ -22,6 +22,11 @@
 
 namespace hetpar {
 
+// Whether this LibTorch has the GEMM forms that write fp32 from bf16
+// operands (aten::mm.dtype, aten::addmm.dtype_out), looked up by name, so
+// that a release without them builds all the same (and answers no below).
+bool libtorch_has_fp32_output_gemms();
+
 // Whether `device`'s GEMM adds a bf16 product into an fp32 matrix in place
 // and writes an fp32 product, each exactly as the fp32 product of the bf16
 // values would be. Asked once a device (a few small GEMMs and one read, so
