@@ -24,19 +24,8 @@ struct UseComputeCopy : torch::autograd::Function<UseComputeCopy> {
   }
 
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
-    std::vector<at::Tensor> weights = ctx->saved_data["weights"].toTensorVector();
-    int64_t row = 0;
-    for (at::Tensor& weight : weights) {
-      const at::Tensor part = grads[0].narrow(0, row, weight.size(0));
-      row += weight.size(0);
-      if (!weight.requires_grad()) continue;
-      at::Tensor& grad = weight.mutable_grad();
-      if (grad.defined()) {
-        grad.add_(part);
-      } else {
-        grad = part.to(weight.scalar_type(), /*non_blocking=*/false, /*copy=*/true, at::MemoryFormat::Contiguous);
-      }
-    }
+    const std::vector<at::Tensor> weights = ctx->saved_data["weights"].toTensorVector();
+    add_rows_into_grads(weights, grads[0]);
     return tensor_list(weights.size() + 1);
   }
 };
@@ -101,6 +90,21 @@ GemmWeight copy_for_gemm(const std::vector<at::Tensor>& weights, const at::Tenso
 }
 
 }  // namespace
+
+void add_rows_into_grads(const std::vector<at::Tensor>& weights, const at::Tensor& gradient) {
+  int64_t row = 0;
+  for (at::Tensor weight : weights) {  // a handle: its .grad is the weight's own
+    const at::Tensor part = gradient.narrow(0, row, weight.size(0));
+    row += weight.size(0);
+    if (!weight.requires_grad()) continue;
+    at::Tensor& grad = weight.mutable_grad();
+    if (grad.defined()) {
+      grad.add_(part);
+    } else {
+      grad = part.to(weight.scalar_type(), /*non_blocking=*/false, /*copy=*/true, at::MemoryFormat::Contiguous);
+    }
+  }
+}
 
 at::Tensor compute_weight(const at::Tensor& weight, const at::Tensor& input) {
   if (!autocasts(weight, input)) return weight;

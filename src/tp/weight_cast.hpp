@@ -46,6 +46,11 @@ at::Tensor compute_weight(const at::Tensor& weight, const at::Tensor& input);
 // themselves and a concatenation would be a copy (they run as separate GEMMs).
 at::Tensor fused_compute_weight(const std::vector<at::Tensor>& weights, const at::Tensor& input);
 
+// Each of `weights`' rows of `gradient` (theirs concatenated along dim 0, in
+// the copy's precision) added into its fp32 .grad in place (a weight's first
+// gradient of the step is a cast); frozen weights skipped.
+void add_rows_into_grads(const std::vector<at::Tensor>& weights, const at::Tensor& gradient);
+
 // What a GEMM reads for weights, with where its weight gradient goes. Under
 // bf16 autocast: the step's copy, untracked (the same copy as above), and the
 // trained fp32 weights whose .grad the GEMM's backward adds its gradient into

@@ -130,29 +130,22 @@ at::Tensor gemm_linear(const at::Tensor& x, const GemmWeight& w, const at::Tenso
 }
 
 void add_weight_gradients(const std::vector<at::Tensor>& into, const at::Tensor& grad_rows, const at::Tensor& input_rows) {
-  const bool in_fp32 = grad_rows.scalar_type() != at::kFloat && gemm_adds_into_fp32(grad_rows.device());
-  at::Tensor product;  // every weight's rows in the operands' precision, where the GEMM cannot add in fp32
+  if (grad_rows.scalar_type() == at::kFloat || !gemm_adds_into_fp32(grad_rows.device())) {
+    // Every weight's rows in the operands' precision, then added in.
+    add_rows_into_grads(into, grad_rows.t().mm(input_rows));
+    return;
+  }
   int64_t first = 0;
   for (at::Tensor weight : into) {  // a handle: its .grad is the weight's own
     const int64_t rows = weight.size(0);
     first += rows;
     if (!weight.requires_grad()) continue;
     at::Tensor& grad = weight.mutable_grad();
-    if (in_fp32) {
-      const at::Tensor part = grad_rows.narrow(1, first - rows, rows).t();
-      if (grad.defined()) {
-        add_mm_into_fp32(grad, part, input_rows);
-      } else {
-        grad = mm_to_fp32(part, input_rows);
-      }
-      continue;
-    }
-    if (!product.defined()) product = grad_rows.t().mm(input_rows);
-    const at::Tensor part = product.narrow(0, first - rows, rows);
+    const at::Tensor part = grad_rows.narrow(1, first - rows, rows).t();
     if (grad.defined()) {
-      grad.add_(part);
+      add_mm_into_fp32(grad, part, input_rows);
     } else {
-      grad = part.to(weight.scalar_type(), /*non_blocking=*/false, /*copy=*/true, at::MemoryFormat::Contiguous);
+      grad = mm_to_fp32(part, input_rows);
     }
   }
 }
