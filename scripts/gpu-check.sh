@@ -129,6 +129,10 @@ stage bf16_cuda 120 $HETPAR train $TINY --set runtime.device=$DEVICE --set run.p
   stage bf16 30 $HETPAR compare "$OUT/bf16_cuda" "$OUT/fp32_cuda" --rtol 2e-3 &&
   { ! $HETPAR compare "$OUT/bf16_cuda" "$OUT/fp32_cuda" --rtol 1e-6 >"$OUT/bf16_differs.log" 2>&1 ||
     { printf 'bf16_in_effect\t1\t0\n' >>"$STAGES"; false; }; }
+# The residual stream in bf16 too (run.fp32_residual = false): the norms bypass autocast on the device.
+stage bf16_residual_cuda 120 $HETPAR train $TINY --set runtime.device=$DEVICE --set run.precision=bf16 \
+  --set run.fp32_residual=false --out "$OUT/bf16_residual_cuda" &&
+  stage bf16_residual 30 $HETPAR compare "$OUT/bf16_residual_cuda" "$OUT/fp32_cuda" --rtol 2e-3
 stage host_sync 120 env HETPAR_CHECK_HOST_SYNCS=1 TORCH_SHOW_CPP_STACKTRACES=1 $HETPAR train $TINY --set runtime.device=$DEVICE --set run.steps=3 \
   --out "$OUT/host_sync"
 THROUGHPUT=workloads/runs/gpu_check_llama8b_layers.toml
@@ -136,13 +140,19 @@ THROUGHPUT=workloads/runs/gpu_check_llama8b_layers.toml
 PUBLISHED=$("$PY" scripts/gpu_check_report.py --published-profile "$OUT/devices.json")
 if ((REHEARSE)); then
   skip throughput "rehearsal: Llama-3-8B-shaped layers need a GPU"
+  skip throughput_bf16_residual "rehearsal: Llama-3-8B-shaped layers need a GPU"
   skip calibrate "rehearsal: needs a GPU"
 else
   # The last step's op profile (host operators and GPU kernels): where the time goes.
   stage throughput 300 $HETPAR train $THROUGHPUT --set runtime.profile_step=12 --out "$OUT/throughput"
+  # The same with a bf16 residual stream: half the bytes of its norms, adds and TP input gradients.
+  stage throughput_bf16_residual 300 $HETPAR train $THROUGHPUT --set run.fp32_residual=false \
+    --out "$OUT/throughput_bf16_residual"
   stage calibrate 240 $HETPAR calibrate --device cuda --base $PUBLISHED --out "$OUT/profile_measured.json"
 fi
 stage predict_published 60 $HETPAR plan $THROUGHPUT --devices 1 --top 1 --profile $PUBLISHED --out "$OUT/plan_published"
+stage predict_published_bf16_residual 60 $HETPAR plan $THROUGHPUT --devices 1 --top 1 --profile $PUBLISHED \
+  --set run.fp32_residual=false --out "$OUT/plan_published_bf16_residual"
 [[ -f "$OUT/profile_measured.json" ]] &&
   stage predict_measured 60 $HETPAR plan $THROUGHPUT --devices 1 --top 1 --profile "$OUT/profile_measured.json" \
     --out "$OUT/plan_measured"

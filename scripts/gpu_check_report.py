@@ -95,38 +95,42 @@ def main(out):
     parity("fp32 cuda vs cpu", "fp32_cuda", "fp32_cpu", 1e-5)
     parity("recompute vs keeping activations, fp32 on cuda", "fp32_cuda_recompute", "fp32_cuda", 1e-6)
     parity("bf16 vs fp32 on cuda", "bf16_cuda", "fp32_cuda", 2e-3, differs_above=1e-6)
+    parity("bf16 with a bf16 residual stream vs fp32 on cuda", "bf16_residual_cuda", "fp32_cuda", 2e-3,
+           differs_above=1e-6)
     sync = stages.get("host_sync")
     check("no host sync in a step", None if sync is None else sync["exit"] == "0",
           "3 steps with every synchronising operation an error" if sync else "", "the run finishes")
 
-    summary_path = out / "throughput" / "summary.json"
-    s = json.loads(summary_path.read_text()) if summary_path.exists() else None  # the throughput run's summary
-    if s:
-        steps = read_steps(out / "throughput")[s.get("warmup_steps", 0):]
+    def throughput(name, run):
+        """The run's MFU (goal 45 %) and its phases against its wall time; its summary, or None."""
+        summary_path = out / run / "summary.json"
+        s = json.loads(summary_path.read_text()) if summary_path.exists() else None
+        if not s:
+            check(name, None, "the run did not finish", "MFU >= 45 %")
+            return None
+        steps = read_steps(out / run)[s.get("warmup_steps", 0):]
         ratios = [sum(l["phases"].values()) / l["step_seconds"] for l in steps]
         ratio = sum(ratios) / len(ratios)
-        check("throughput (8B-shaped layers, bf16)", s["mfu"] >= 0.45,
+        check(name, s["mfu"] >= 0.45,
               f"{s['tflops_per_gpu']:.1f} TFLOPS/GPU, MFU {100 * s['mfu']:.1f} % ({s.get('peak_source', '')}), "
               f"{s['step_seconds_median']:.3f} s/step; weight gradients "
               f"{'summed in fp32 by the GEMM' if s.get('gemm_adds_into_fp32') else 'made in bf16, then added'}",
               "MFU >= 45 %")
-        check("phase times vs step wall time", 0.8 <= ratio <= 1.05,
+        check(f"{name}: phase times vs step wall time", 0.8 <= ratio <= 1.05,
               f"phases sum to {100 * ratio:.1f} % of the step's wall time", "80-105 %")
-    else:
-        check("throughput (8B-shaped layers, bf16)", None, "the run did not finish", "MFU >= 45 %")
+        return s
 
-    # The step-time model on this GPU: hetpar plan's prediction for the throughput run's own layout.
-    for profile in ("published", "measured"):
-        plan_path = out / f"plan_{profile}" / "plan.json"
+    # The step-time model on this GPU: hetpar plan's prediction for a throughput run's own layout.
+    def model(name, plan_dir, s, published):
+        plan_path = out / plan_dir / "plan.json"
         plan = json.loads(plan_path.read_text()) if plan_path.exists() else {}
         given = plan.get("given")
-        name = f"step-time model, {profile} profile"
         if not given or not s:
             check(name, None, "no prediction" if not given else "no measurement", "within 15 %")
-            continue
+            return
         error = given["step_seconds"] / s["step_seconds_median"] - 1
         figure = f"predicted {given['step_seconds']:.3f} s/step ({100 * error:+.1f} %)"
-        if profile == "published" and plan.get("profile"):
+        if published and plan.get("profile"):
             figure = f"{Path(plan['profile']).name}: {figure}"
         # The allocator counts tensors alone: the model's fullest rank less its reserved part (the CUDA context).
         measured_tensors = s.get("peak_tensor_mib") or s.get("peak_memory_mib")
@@ -136,6 +140,12 @@ def main(out):
             memory_error = tensors / measured_tensors - 1
             figure += f", tensor memory {tensors / 1024:.1f} GiB ({100 * memory_error:+.1f} %)"
         check(name, abs(error) <= 0.15, figure, "step time within 15 %")
+
+    s = throughput("throughput (8B-shaped layers, bf16)", "throughput")
+    model("step-time model, published profile", "plan_published", s, True)
+    model("step-time model, measured profile", "plan_measured", s, False)
+    s16 = throughput("throughput, bf16 residual stream", "throughput_bf16_residual")
+    model("step-time model, bf16 residual stream, published profile", "plan_published_bf16_residual", s16, True)
 
     if "multi_gpu" in stages:
         check("multi-GPU NCCL parity", None, stages["multi_gpu"]["note"], "colocated, non-colocated <= 1e-5")

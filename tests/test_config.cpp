@@ -153,6 +153,8 @@ const std::vector<BadInput> kBadInputs = {
     {.name = "eval_files_without_eval_every", .run = "[data]\neval_files = \"held_out\"\n", .key = "data.eval_files", .reason = "is read only with run.eval_every > 0, which is 0"},
     {.name = "training_files_without_held_out_files", .run = "[run]\nsteps = 4\neval_every = 2\n[data]\nfiles = \"train\"\n", .key = "data.eval_files", .reason = "must name held-out batch files when run.eval_every > 0"},
     {.name = "recompute_modules_without_recompute", .run = "[run]\nrecompute_modules = \"llm\"\n", .key = "run.recompute_modules", .reason = "needs run.recompute = \"full\", got \"none\""},
+    {.name = "bf16_residual_in_fp32", .run = "[run]\nprecision = \"fp32\"\nfp32_residual = false\n", .key = "run.fp32_residual", .reason = "needs run.precision = \"bf16\""},
+    {.name = "fp32_residual_not_a_bool", .run = "[run]\nfp32_residual = \"no\"\n", .key = "run.fp32_residual", .reason = "bool"},
     {.name = "recompute_modules_unknown", .run = "[run]\nrecompute = \"full\"\nrecompute_modules = \"vision\"\n", .key = "run.recompute_modules", .reason = "must be one of both, llm, encoder"},
     {.name = "recompute_layers_without_recompute", .run = "[run]\nrecompute_layers = 2\n", .key = "run.recompute_layers", .reason = "needs run.recompute = \"full\", got \"none\""},
     {.name = "images_min_negative", .run = "[data]\nimages_min = -1\n", .key = "data.images_min", .reason = "must be >= 0, got -1"},

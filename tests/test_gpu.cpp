@@ -2,8 +2,8 @@
 // real NCCL communicator and a sub-group split from it, out-of-memory recovery, the caching allocator's
 // peak, CUDA-event phase times, the bounded end-of-step wait and a step
 // without hidden host syncs, the gradient-landing hooks the data-parallel
-// reduction starts its buckets from, and the weight-gradient GEMM that adds
-// into the fp32 .grad. Labelled `gpu`; each case skips, saying why,
+// reduction starts its buckets from, the weight-gradient GEMM that adds
+// into the fp32 .grad, and the norms of a bf16 residual stream. Labelled `gpu`; each case skips, saying why,
 // where no CUDA device is visible (scripts/gpu-check.sh runs them on a GPU).
 #include <ATen/ATen.h>
 #include <ATen/cuda/Sleep.h>
@@ -27,6 +27,7 @@
 #include "tp/weight_grad.hpp"
 #include "model/autocast_scope.hpp"
 #include "train/sequence_part.hpp"
+#include "tests/norm_checks.hpp"
 
 namespace hetpar {
 namespace {
@@ -275,6 +276,9 @@ TEST_F(Gpu, ACopysWeightGradientsGoIntoTheFp32Grad) {
     std::printf("weight gradient: largest error %.3g of the largest value\n", error);
   }
 }
+
+// The fused RMSNorm and the layer norm with a bf16 input (tests/norm_checks.hpp).
+TEST_F(Gpu, ABf16ResidualStreamsNormsStayBf16) { test::expect_bf16_norms_match_fp32(device_); }
 
 }  // namespace
 }  // namespace hetpar

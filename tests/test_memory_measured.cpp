@@ -12,10 +12,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <stdexcept>
 
 #include "config/run_config.hpp"
 #include "dist/backend_factory.hpp"
@@ -170,10 +172,12 @@ class TensorPeak : public ::testing::TestWithParam<std::tuple<MemoryCase, const 
 
 TEST_P(TensorPeak, IsPredictedWithinTheBoundOnEveryKindOfRank) {
   const auto& [memory_case, precision] = GetParam();
-  const MemoryAssumptions cpu = cpu_assumptions(std::string(precision) == "bf16" ? 2.0 : 4.0);
+  const bool residual16 = std::string(precision) == "bf16_residual";
+  const MemoryAssumptions cpu = cpu_assumptions(std::string(precision) == "fp32" ? 4.0 : 2.0);
   std::vector<std::string> sets = kLarger;
   sets.insert(sets.end(), memory_case.sets.begin(), memory_case.sets.end());
-  sets.push_back("run.precision=\"" + std::string(precision) + "\"");
+  sets.push_back(std::string("run.precision=\"") + (residual16 ? "bf16" : precision) + "\"");
+  if (residual16) sets.push_back("run.fp32_residual=false");
   const RunConfig config = load_run_config(kTiny, sets);
   const std::vector<RankMemory> predicted = rank_memory(config, cpu);
   const std::string name = std::string(memory_case.name) + "_" + precision;
@@ -193,6 +197,27 @@ INSTANTIATE_TEST_SUITE_P(MemoryModel, TensorPeak,
                          [](const auto& info) {
                            return std::string(std::get<0>(info.param).name) + "_" + std::get<1>(info.param);
                          });
+
+// A bf16 residual stream (run.fp32_residual = false): its norms' inputs, the
+// recomputed layers' inputs, the residual's gradient and what stages pass on
+// at 2 bytes a value. The kinds of rank whose peaks those parts make: the
+// layers' (activations, the encoder's), recompute's, the pipeline's, the
+// final norm's backward under sequence parallelism, and one micro-batch a step.
+std::vector<MemoryCase> residual_cases() {
+  std::vector<MemoryCase> out;
+  for (const char* name : {"one_rank", "llm_pp2", "non_colocated_encoder_heavy", "colocated_pp2", "activations",
+                           "activations_recompute", "llm_pp2_recompute", "activations_tp2_sp",
+                           "activations_one_micro_batch"}) {
+    const auto it = std::find_if(std::begin(kCases), std::end(kCases),
+                                 [&](const MemoryCase& c) { return std::string(c.name) == name; });
+    if (it == std::end(kCases)) throw std::logic_error(std::string("no memory case ") + name);
+    out.push_back(*it);
+  }
+  return out;
+}
+INSTANTIATE_TEST_SUITE_P(MemoryModelBf16Residual, TensorPeak,
+                         ::testing::Combine(::testing::ValuesIn(residual_cases()), ::testing::Values("bf16_residual")),
+                         [](const auto& info) { return std::string(std::get<0>(info.param).name) + "_bf16_residual"; });
 
 // What sequence parallelism saves, measured as the difference of two tensor
 // peaks (TP 2 with and without it, the activation-heavy shape, fp32), against

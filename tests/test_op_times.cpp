@@ -167,31 +167,70 @@ TEST(OpTimes, TheLlmElementwiseWorkIsTheLayerCodesOps) {
   const double split_forward = 2 * 3 * 64 / 2.0 + (3 * 192 + 5 * 96) / 2.0 + 4 * 2 * (64 + 32);
   EXPECT_NEAR(sp.llm_forward[0], (2 * tokens * bytes * split_forward + 8 * logits / 2) / 1e9, 1e-10);
 
-  // bf16: values of 2 bytes; q, k, v and gate, up as one GEMM each on the
-  // step's concatenated copy; every weight cast to bf16 once a step (6 bytes, a quarter of it on each
-  // of the 4 micro-batches); every micro-batch's bf16 weight gradients added
-  // into the fp32 .grad (10 bytes); the embedding's fp32 gradient as in fp32;
-  // the loss's logits cast in and back (1.5 passes each); V copied out of
-  // the fused projection (read and written: 2 x 32 values a token).
+  // bf16: values of 2 bytes but the residual stream's, whose two adds stay
+  // fp32 (4 bytes; 2 with run.fp32_residual = false); q, k, v and gate, up
+  // as one GEMM each on the step's concatenated copy; every weight cast to
+  // bf16 once a step (6 bytes, a quarter of it on each of the 4
+  // micro-batches); every micro-batch's bf16 weight gradients added into the
+  // fp32 .grad (10 bytes); the embedding's fp32 gradient as in fp32; the
+  // loss's logits cast in and back (1.5 passes each); V copied out of the
+  // fused projection (read and written: 2 x 32 values a token).
   j["element_bytes"] = 2;
-  const double v_copy = 2 * 32;
+  const double v_copy = 2 * 32, residual_adds = 2 * 3 * 64;
   const RunConfig c = load_run_config(source_tree_path("/workloads/tiny.toml"), {});
   ASSERT_EQ(micro_batches_per_step(c), 4);
   const OpTimes bf16 = op_times(c, Profile::from_json(j, "bf16 adds only"));
-  EXPECT_NEAR(bf16.llm_forward[0],
-              (2 * (tokens * 2 * (layer_forward + v_copy) + 6 * 49152 / 4.0) + 5.5 * logits + 6 * table / 4.0) / 1e9,
-              1e-10);
-  EXPECT_NEAR(bf16.llm_backward[0],
-              (2 * (tokens * 2 * (2 * layer_forward - rope) + 10 * 49152) + 6.5 * logits + 10 * table + embedding_grad) / 1e9,
-              1e-10);
+  const double rest_forward = layer_forward - residual_adds, rest_backward = 2 * layer_forward - rope - 2 * residual_adds;
+  for (const double residual_bytes : {4.0, 2.0}) {
+    const RunConfig run =
+        residual_bytes == 4 ? c : load_run_config(source_tree_path("/workloads/tiny.toml"), {"run.fp32_residual=false"});
+    const OpTimes t16 = op_times(run, Profile::from_json(j, "bf16 adds only"));
+    EXPECT_NEAR(t16.llm_forward[0],
+                (2 * (tokens * (2 * (rest_forward + v_copy) + residual_bytes * residual_adds) + 6 * 49152 / 4.0) +
+                 5.5 * logits + 6 * table / 4.0) / 1e9,
+                1e-10) << residual_bytes;
+    EXPECT_NEAR(t16.llm_backward[0],
+                (2 * (tokens * (2 * rest_backward + residual_bytes * 2 * residual_adds) + 10 * 49152) + 6.5 * logits +
+                 10 * table + embedding_grad) / 1e9,
+                1e-10) << residual_bytes;
+  }
   // Where the GEMM adds into the fp32 .grad itself: no add, but the GEMM reads
   // and writes 4 bytes a weight instead of writing 2 (6 bytes, not 10).
   j["gemm_adds_into_fp32"] = true;
   const OpTimes into_fp32 = op_times(c, Profile::from_json(j, "bf16 adds only, fp32 GEMM sums"));
   EXPECT_NEAR(into_fp32.llm_forward[0], bf16.llm_forward[0], 1e-12);
   EXPECT_NEAR(into_fp32.llm_backward[0],
-              (2 * (tokens * 2 * (2 * layer_forward - rope) + 6 * 49152) + 6.5 * logits + 6 * table + embedding_grad) / 1e9,
+              (2 * (tokens * (2 * rest_backward + 4 * 2 * residual_adds) + 6 * 49152) + 6.5 * logits + 6 * table +
+               embedding_grad) / 1e9,
               1e-10);
+}
+
+// The residual stream's width in bf16 (a profile of 2-byte activations):
+// fp32 unless run.fp32_residual = false. With everything but the
+// collectives free (1 GB/s, no latency), a pipeline stage's send is the
+// stream's bytes, and a TP2 layer's backward all-reduces its two input
+// gradients at that width while its forward's two all-reduce the GEMMs'
+// bf16 outputs.
+TEST(OpTimes, TheResidualStreamsWidthPricesStageSendsAndTpInputGradients) {
+  json j = flat_profile(1e30, 2);
+  j["element_bytes"] = 2;
+  for (json& c : j["collectives"]) c["bytes_per_second"] = 1e9;
+  const Profile p = Profile::from_json(j, "collectives only");
+  for (const double width : {4.0, 2.0}) {
+    std::vector<std::string> stream;
+    if (width == 2) stream.push_back("run.fp32_residual=false");
+    std::vector<std::string> pp2 = stream, tp2 = stream;
+    pp2.push_back("layout.llm.pp=2");
+    tp2.push_back("layout.llm.tp=2");
+    const RunConfig piped = load_run_config(source_tree_path("/workloads/tiny.toml"), pp2);
+    const double tokens = double(piped.data.micro_batch_size * piped.llm.seq_len), h = double(piped.llm.hidden);
+    EXPECT_NEAR(op_times(piped, p).stage_transfer, width * tokens * h / 1e9, 1e-15) << width;
+    const RunConfig split = load_run_config(source_tree_path("/workloads/tiny.toml"), tp2);
+    const OpTimes t = op_times(split, p);
+    const double layers = double(split.llm.layers), head = 3 * 4 * tokens / 1e9;  // the loss's all-reduces
+    EXPECT_NEAR(t.llm_forward[0], layers * 2 * 2 * tokens * h / 1e9 + head, 1e-9) << width;
+    EXPECT_NEAR(t.llm_backward[0], layers * 2 * width * tokens * h / 1e9, 1e-9) << width;
+  }
 }
 
 // Calibrated whole layers set the layer's compute: with GEMMs at 1 GFLOP/s

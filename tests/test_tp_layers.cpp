@@ -16,6 +16,7 @@
 #include "model/rope.hpp"
 #include "model/param_init.hpp"
 #include "tests/dist_harness.hpp"
+#include "tests/norm_checks.hpp"
 #include "tp/parallel_linear.hpp"
 #include "tp/vocab_parallel.hpp"
 #include "tp/weight_cast.hpp"
@@ -638,6 +639,9 @@ TEST(RmsNorm, MatchesTheLibrarysAndKeepsOnlyAScaleARow) {
               kept_beside_output([&] { return rms_norm(x, w, eps); }),
               kept_beside_output([&] { return at::rms_norm(x, {hidden}, w, eps); }), x.nbytes());
 }
+
+// The norms of a bf16 residual stream on the CPU (tests/norm_checks.hpp).
+TEST(Norms, ABf16InputStaysBf16UnderAutocastWithFp32WeightGradients) { test::expect_bf16_norms_match_fp32(at::kCPU); }
 
 TEST(Rope, OneFunctionMatchesTheRotateHalfFormula) { EXPECT_TRUE(all_ranks_succeeded(run_workers("rope", 1))); }
 

@@ -451,21 +451,24 @@ TEST_F(TrainingParity, Bf16FollowsFp32WithinTheBf16Tolerance) {
   EXPECT_GT(std::abs(double(bf16[29]["loss"]) - double(bf16[0]["loss"])), 0.1) << "bf16 does not train";
 }
 
-class HeteroParityBf16 : public TrainingParity, public ::testing::WithParamInterface<HeteroCase> {};
-
-TEST_P(HeteroParityBf16, MatchesTheUniformBf16Baseline) {
-  const auto& uniform = bf16_reference_run();
+// A bf16 layout's run against the uniform bf16 run of the same settings.
+void expect_bf16_parity(const HeteroCase& c, const std::vector<nlohmann::json>& uniform, const std::string& sets,
+                        const std::string& tag) {
   ASSERT_EQ(uniform.size(), 20u);
-  const auto run = train(std::string(GetParam().name) + "_bf16", GetParam().sets + std::string(kBf16) + kEval);
+  const auto run = train(std::string(c.name) + tag, c.sets + sets + kEval);
   ASSERT_EQ(run.size(), 20u);
   const double diff = max_relative_loss_difference(run, uniform);
   const double eval_diff = max_relative_loss_difference(run, uniform, "eval_loss");
-  std::printf("%s in bf16 vs uniform bf16: max relative loss difference over 20 steps %.3g, held-out %.3g\n",
-              GetParam().name, diff, eval_diff);
+  std::printf("%s, %s, vs uniform: max relative loss difference over 20 steps %.3g, held-out %.3g\n", c.name,
+              tag.c_str() + 1, diff, eval_diff);
   EXPECT_LE(diff, kBf16LossRtol);
   EXPECT_LE(eval_diff, kBf16LossRtol);
-  expect_evaluated_at_10_and_20(run, GetParam().name);
+  expect_evaluated_at_10_and_20(run, c.name);
 }
+
+class HeteroParityBf16 : public TrainingParity, public ::testing::WithParamInterface<HeteroCase> {};
+
+TEST_P(HeteroParityBf16, MatchesTheUniformBf16Baseline) { expect_bf16_parity(GetParam(), bf16_reference_run(), kBf16, "_bf16"); }
 
 INSTANTIATE_TEST_SUITE_P(Placements, HeteroParityBf16, kHeteroCases, case_name);
 // Sequence parallelism in bf16: the parts gathered, and their gradients summed, in bf16.
@@ -474,6 +477,50 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         HeteroCase{"uniform_tp2_sp", "--set layout.llm.tp=2 --set layout.llm.sp=true"},
         HeteroCase{"noncoloc_1_to_tp2_sp", "--set layout.placement=non-colocated --set layout.llm.tp=2 --set layout.llm.sp=true"}),
+    case_name);
+
+// run.fp32_residual = false: the residual stream in bf16 too (the embeddings
+// cast, every layer's sums, the norms' inputs, what pipeline stages pass on).
+// Measured on the tiny model: MEASURED.
+constexpr const char* kBf16Residual = " --set run.precision=bf16 --set run.fp32_residual=false";
+
+TEST_F(TrainingParity, ABf16ResidualStreamFollowsFp32WithinTheBf16Tolerance) {
+  const auto fp32 = train("fp32_30r", "--set data.micro_batch_size=2", 30);
+  const auto bf16 = train("bf16_30r", std::string("--set data.micro_batch_size=2") + kBf16, 30);
+  const auto low = train("bf16_residual_30", std::string("--set data.micro_batch_size=2") + kBf16Residual, 30);
+  ASSERT_EQ(fp32.size(), 30u);
+  ASSERT_EQ(bf16.size(), 30u);
+  ASSERT_EQ(low.size(), 30u);
+  const double diff = max_relative_loss_difference(low, fp32), from_bf16 = max_relative_loss_difference(low, bf16);
+  std::printf("bf16 with a bf16 residual stream, 1 rank: max relative loss difference over 30 steps %.3g from fp32, "
+              "%.3g from bf16 with an fp32 one\n", diff, from_bf16);
+  EXPECT_LE(diff, kBf16LossRtol);
+  EXPECT_GT(from_bf16, 1e-6) << "the same curve as with an fp32 residual stream: the setting is not in effect";
+}
+
+const std::vector<nlohmann::json>& bf16_residual_reference_run() {
+  static const std::vector<nlohmann::json> run =
+      train("reference_bf16_residual", std::string("--set data.micro_batch_size=2") + kBf16Residual + kEval);
+  return run;
+}
+
+class HeteroParityBf16Residual : public TrainingParity, public ::testing::WithParamInterface<HeteroCase> {};
+
+TEST_P(HeteroParityBf16Residual, MatchesTheUniformRunWithABf16ResidualStream) {
+  expect_bf16_parity(GetParam(), bf16_residual_reference_run(), kBf16Residual, "_bf16_residual");
+}
+
+// Every path the residual stream's type takes: the boundary (colocated and
+// non-colocated), the LLM's and the encoder's pipeline stages, CP, sequence
+// parallelism and recompute.
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, HeteroParityBf16Residual,
+    ::testing::Values(
+        HeteroCase{"coloc_enc_dp2_llm_tp2", "--set layout.placement=colocated --set layout.encoder.dp=2 --set layout.llm.tp=2"},
+        HeteroCase{"noncoloc_run_ahead_4_dp2_to_tp2", "--set layout.placement=non-colocated --set layout.run_ahead=4 --set layout.encoder.dp=2 --set layout.llm.tp=2 --set data.micro_batch_size=1"},
+        HeteroCase{"uniform_tp2_pp2_sp", "--set layout.llm.tp=2 --set layout.llm.pp=2 --set layout.llm.sp=true --set data.micro_batch_size=1"},
+        HeteroCase{"noncoloc_enc_pp2_to_pp2", "--set layout.placement=non-colocated --set layout.encoder.pp=2 --set layout.llm.pp=2 --set data.micro_batch_size=1"},
+        HeteroCase{"coloc_enc_dp2_llm_cp2_recompute", "--set layout.placement=colocated --set layout.encoder.dp=2 --set layout.llm.cp=2 --set run.recompute=full"}),
     case_name);
 
 TEST_F(TrainingParity, FrozenEncoderHeterogeneousMatchesFrozenUniform) {

@@ -241,6 +241,10 @@ std::optional<ConfigProblem> consistency_problem(const RunConfig& c) {
     return ConfigProblem{{"run.recompute_modules", "run.recompute"}, "chooses the modules that recompute, so it needs "
                           "run.recompute = \"full\", got \"" + c.run.recompute + "\""};
   }
+  if (!c.run.fp32_residual && c.run.precision == "fp32") {
+    return ConfigProblem{{"run.fp32_residual", "run.precision"}, "= false keeps the residual stream in bf16, so it needs "
+                         "run.precision = \"bf16\" (or \"auto\" on a GPU), got \"fp32\""};
+  }
   if (c.optim.min_lr > c.optim.lr) {
     return ConfigProblem{{"optim.min_lr", "optim.lr"}, "must be <= optim.lr, got " + std::to_string(c.optim.min_lr)};
   }

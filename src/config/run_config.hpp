@@ -24,6 +24,7 @@ struct RunSection {
   int64_t eval_every = 0;           // steps between held-out evaluations; 0 = none
   int64_t eval_batches = 1;         // held-out global batches each evaluation runs
   std::string precision = "auto";   // fp32 | bf16 | auto (bf16 on a GPU, fp32 on CPU)
+  bool fp32_residual = true;        // under bf16: the residual stream in fp32 (true) or bf16 (false)
   std::string recompute = "none";   // none | full: transformer layers recompute their forward in the backward
   int64_t recompute_layers = 0;     // with full: each pipeline stage's first this many layers; 0 = all
   std::string recompute_modules = "both";  // with full: both | llm | encoder: the modules whose layers recompute
@@ -130,6 +131,9 @@ struct RunConfig {
 // optimizer; bf16 matmuls and activations). "auto" is fp32 until
 // resolve_device (config/device_choice.hpp) has made it bf16 on a GPU.
 inline bool computes_in_bf16(const RunConfig& config) { return config.run.precision == "bf16"; }
+// Whether the residual stream (the embeddings, each layer's sum, what pipeline
+// stages pass on) is bf16: under bf16 with run.fp32_residual = false.
+inline bool bf16_residual(const RunConfig& config) { return computes_in_bf16(config) && !config.run.fp32_residual; }
 // Whether transformer layers keep only their input and recompute their forward in the backward.
 inline bool recomputes_layers(const RunConfig& config) { return config.run.recompute == "full"; }
 // The two modules, where a setting may differ between them.

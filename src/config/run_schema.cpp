@@ -199,6 +199,10 @@ std::vector<SchemaKey> build_schema() {
       run.key<&RunSection::precision>("precision", one_of({"auto", "fp32", "bf16"}),
           "bf16: matmuls and activations in bf16 under autocast, weights, gradients, their reduction and the "
           "optimizer in fp32; auto: bf16 on a GPU, fp32 on CPU"),
+      run.key<&RunSection::fp32_residual>("fp32_residual", any_value(),
+          "under bf16: keep the residual stream (the embeddings, each layer's sums, the activations pipeline "
+          "stages pass on) in fp32; false: in bf16 like the other activations (half the bytes its norms save "
+          "and its stages send, a little precision lost in the sums); no effect in fp32"),
       run.key<&RunSection::recompute>("recompute", one_of({"none", "full"}),
           "full: every transformer layer of both modules keeps only its input for the backward and runs its "
           "forward again there (activation memory of a layer's input instead of its whole work; about a third "

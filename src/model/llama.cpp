@@ -4,6 +4,7 @@
 
 #include "model/context_attention.hpp"
 #include "model/recompute.hpp"
+#include "model/residual.hpp"
 #include "parallel/pipeline_schedule.hpp"
 #include "util/host_to_device.hpp"
 
@@ -30,8 +31,8 @@ LlamaBlock::LlamaBlock(const LlmConfig& c, const std::string& name, uint64_t see
 }
 
 at::Tensor LlamaBlock::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  const at::Tensor h = x + attn_->forward(input_norm_->forward(x), cos, sin);
-  return h + mlp_->forward(post_attention_norm_->forward(h));
+  const at::Tensor h = residual_add(x, attn_->forward(input_norm_->forward(x), cos, sin));
+  return residual_add(h, mlp_->forward(post_attention_norm_->forward(h)));
 }
 
 LlamaModel::LlamaModel(const LlmConfig& c, uint64_t seed, Group& tp, Group* cp, int stage, int stages,
@@ -71,7 +72,7 @@ at::Tensor LlamaModel::forward(const at::Tensor& ids, const at::Tensor& image_ro
 }
 
 at::Tensor LlamaModel::embed(const at::Tensor& ids, const at::Tensor& image_rows, const at::Tensor& image_mask) {
-  at::Tensor x = embed_->forward(ids);
+  at::Tensor x = embed_->forward(ids).to(residual_dtype_);
   // Splice even zero rows: the boundary's backward must run on every rank,
   // also on one whose samples hold no image in this micro-batch.
   if (!image_rows.defined()) return x;

@@ -1,7 +1,7 @@
 #include "model/norms.hpp"
 
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/autograd.h>
-
 
 namespace hetpar {
 namespace {
@@ -44,8 +44,16 @@ struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
 }  // namespace
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
-  if (!rms_norm_backward_is_unfused(x.device())) return at::rms_norm(x, {weight.size(0)}, weight, eps);
-  return RmsNormFunction::apply(x, weight, eps);
+  if (rms_norm_backward_is_unfused(x.device())) return RmsNormFunction::apply(x, weight, eps);
+  if (x.scalar_type() == at::kFloat) return at::rms_norm(x, {weight.size(0)}, weight, eps);
+  const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+  return at::rms_norm(x, {weight.size(0)}, weight.to(x.scalar_type()), eps);
+}
+
+at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps) {
+  if (x.scalar_type() == at::kFloat) return at::layer_norm(x, {weight.size(0)}, weight, bias, eps);
+  const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+  return at::layer_norm(x, {weight.size(0)}, weight.to(x.scalar_type()), bias.to(x.scalar_type()), eps);
 }
 
 bool rms_norm_backward_is_unfused(const at::Device& device) { return !device.is_cuda(); }

@@ -4,6 +4,7 @@
 
 #include "model/param_init.hpp"
 #include "model/recompute.hpp"
+#include "model/residual.hpp"
 #include "parallel/pipeline_schedule.hpp"
 #include "tp/weight_cast.hpp"
 #include "tp/weight_grad.hpp"
@@ -31,8 +32,8 @@ VitBlock::VitBlock(const EncoderConfig& c, const std::string& name, uint64_t see
 }
 
 at::Tensor VitBlock::forward(const at::Tensor& x) {
-  const at::Tensor h = x + attn_->forward(ln1_->forward(x), {}, {});
-  return h + mlp_->forward(ln2_->forward(h));
+  const at::Tensor h = residual_add(x, attn_->forward(ln1_->forward(x), {}, {}));
+  return residual_add(h, mlp_->forward(ln2_->forward(h)));
 }
 
 VisionEncoder::VisionEncoder(const EncoderConfig& c, uint64_t seed, Group& tp, int stage, int stages) : config_(c) {
@@ -59,7 +60,8 @@ at::Tensor VisionEncoder::forward(const at::Tensor& pixels) { return features(bl
 
 at::Tensor VisionEncoder::embed(const at::Tensor& pixels) {
   const at::Tensor patches = patchify(pixels, config_.patch_size);
-  return gemm_linear(patches, gemm_weight(patch_weight, patches), compute_weight(patch_bias, patches)) + position_embedding;
+  const at::Tensor x = gemm_linear(patches, gemm_weight(patch_weight, patches), compute_weight(patch_bias, patches));
+  return (x + position_embedding).to(residual_dtype_);
 }
 
 at::Tensor VisionEncoder::blocks(const at::Tensor& input) {

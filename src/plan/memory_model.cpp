@@ -27,10 +27,11 @@ bool every_forward_first(const RunConfig& c, int64_t in_flight) { return in_flig
 // tensor-parallel size `tp` (the inputs of column-parallel matmuls are
 // whole, or under sequence parallelism this rank's part; everything between
 // the two matmuls of a block is split), with activations `eb` bytes wide:
-// - the two norms: their inputs, which are the residual stream and fp32
-//   whatever the precision (under autocast the embedding and the weights are
-//   fp32 and an add promotes), a float a row for their scale (model/norms.hpp
-//   keeps no normalised copy), and their outputs at the next matmul's width;
+// - the two norms: their inputs, which are the residual stream (`rb` bytes a
+//   value: fp32 under autocast, where the embedding and the weights are fp32
+//   and an add promotes, unless run.fp32_residual = false makes it bf16), a
+//   float a row for their scale (model/norms.hpp keeps no normalised copy),
+//   and their outputs at the next matmul's width;
 // - the rotated queries and keys, the values and the attention's output (RoPE
 //   saves only its tables and writes sequence first, so the output projection
 //   reads the kernel's output as a view; a fused q/k/v projection hands V out
@@ -43,30 +44,37 @@ bool every_forward_first(const RunConfig& c, int64_t in_flight) { return in_flig
 // kv 4 heads of 64, ffn 1536, seq 256; the peak's growth with micro-batch
 // size and layers together, 2 to 6 and 4 to 8): 38952 B a token and layer in
 // fp32, 21544 in bf16, exactly this.
-// A norm over `h` values a token: its fp32 input, `row_floats` floats a row
-// (scale; and mean for a layer norm) and its output at the next matmul's width.
+// A norm over `h` values a token: its input (`rb` bytes a value), `row_floats`
+// floats a row (scale; and mean for a layer norm) and its output at the next
+// matmul's width.
 // Under sequence parallelism (`split` ways, else 1) a rank normalises its
 // part of the sequence, and the matmul keeps that part too (gathering it
 // again in its backward: tp/parallel_linear.cpp).
-double norm_bytes_per_token(double h, double row_floats, double eb, int split = 1) {
-  return (h * kFp32 + row_floats * kFp32 + h * eb) / split;
+double norm_bytes_per_token(double h, double row_floats, double eb, double rb, int split = 1) {
+  return (h * rb + row_floats * kFp32 + h * eb) / split;
 }
 
-double llm_bytes_per_token(const LlmConfig& l, const Layout& lay, bool keeps_probabilities, double eb) {
+// The residual stream's bytes a value: fp32, or the activations' width where
+// they are narrower and the run keeps the residual stream with them.
+double residual_bytes(const RunConfig& c, const MemoryAssumptions& a) {
+  return a.element_bytes < kFp32 && !c.run.fp32_residual ? a.element_bytes : kFp32;
+}
+
+double llm_bytes_per_token(const LlmConfig& l, const Layout& lay, bool keeps_probabilities, double eb, double rb) {
   const int tp = lay.tp, cp = lay.cp;
   const double h = double(l.hidden), kv = double(l.kv_heads) * double(l.hidden / l.heads), f = double(l.ffn_hidden);
-  const double norms = 2 * norm_bytes_per_token(h, 1, eb, lay.sequence_parts());
+  const double norms = 2 * norm_bytes_per_token(h, 1, eb, rb, lay.sequence_parts());
   const double split = (2 * h + 2 * kv + 2 * kv * (cp - 1) + 4 * f) * eb + double(l.heads) * kFp32;
   const double probabilities = keeps_probabilities && l.kv_heads != l.heads ? double(l.heads) * double(l.seq_len) * kFp32 : 0;
   return norms + (split + probabilities) / tp;
 }
-// The encoder's layer per patch: two layer norms (fp32 inputs, as above, with
-// a float each for the row's mean and scale; outputs at matmul width), q, k,
-// v and the attention's output with its log-sum-exp, the MLP's hidden and its
-// activation.
-double encoder_bytes_per_patch(const EncoderConfig& e, int tp, double eb) {
+// The encoder's layer per patch: two layer norms (residual-width inputs, as
+// above, with a float each for the row's mean and scale; outputs at matmul
+// width), q, k, v and the attention's output with its log-sum-exp, the MLP's
+// hidden and its activation.
+double encoder_bytes_per_patch(const EncoderConfig& e, int tp, double eb, double rb) {
   const double h = double(e.hidden), m = double(e.mlp_hidden);
-  return 2 * norm_bytes_per_token(h, 2, eb) + ((4 * h + 2 * m) * eb + double(e.heads) * kFp32) / tp;
+  return 2 * norm_bytes_per_token(h, 2, eb, rb) + ((4 * h + 2 * m) * eb + double(e.heads) * kFp32) / tp;
 }
 
 // The step's compute-precision copies of the weights the matmuls read
@@ -211,8 +219,9 @@ Part llm_part(const RunConfig& c, int s, int64_t in_flight, const MemoryAssumpti
   const double read_by_matmuls = params - (s == 0 ? vocab * h : 0);  // all but the embedding table
   p.state += step_copy_bytes(a) * read_by_matmuls / lay.tp;
   p.in_flight = in_flight;
-  const double layer_bytes = tokens * llm_bytes_per_token(l, lay, a.attention_keeps_probabilities, a.element_bytes);
-  // Recomputed, a layer keeps its input (the fp32 residual stream, whole on
+  const double rb = residual_bytes(c, a);
+  const double layer_bytes = tokens * llm_bytes_per_token(l, lay, a.attention_keeps_probabilities, a.element_bytes, rb);
+  // Recomputed, a layer keeps its input (the residual stream, whole on
   // every TP rank, or its part under sequence parallelism) and makes its work
   // again, one layer and micro-batch at a
   // time, in the backward (recompute_transient). tiny.toml at hidden 512 and
@@ -221,11 +230,11 @@ Part llm_part(const RunConfig& c, int s, int64_t in_flight, const MemoryAssumpti
   // bf16 against 346.0 and 337.3 predicted. Under run.recompute_layers only
   // the stage's first layers recompute; the rest keep their work.
   const int64_t recomputed = recomputed_layers(c, Module::kLlm, layers.count);
-  const double residual = tokens * h * kFp32 / lay.sequence_parts();
+  const double residual = tokens * h * rb / lay.sequence_parts();
   p.activations = double(in_flight) * (double(recomputed) * residual + double(layers.count - recomputed) * layer_bytes);
   // The final norm, whose output the head reads.
   if (last) {
-    p.activations += double(in_flight) * tokens * norm_bytes_per_token(h, 1, a.element_bytes, lay.sequence_parts());
+    p.activations += double(in_flight) * tokens * norm_bytes_per_token(h, 1, a.element_bytes, rb, lay.sequence_parts());
   }
   // The logits at fp32 width, this rank's vocab shard, in as many copies as
   // the loss holds at its peak (tp/vocab_parallel.cpp). Over TP the
@@ -243,7 +252,7 @@ Part llm_part(const RunConfig& c, int s, int64_t in_flight, const MemoryAssumpti
   // The loss's copies are gone before the layers' backward begins.
   BackwardShape backward{tokens, h, double(l.ffn_hidden) / lay.tp, vocab / lay.tp, residual, 0,
                          recomputed == layers.count ? layer_bytes : 0, lay.tp, lay.sequence_parts(), last, unmade};
-  if (last) backward.final_norm = tokens * norm_bytes_per_token(h, 1, a.element_bytes, lay.sequence_parts());
+  if (last) backward.final_norm = tokens * norm_bytes_per_token(h, 1, a.element_bytes, rb, lay.sequence_parts());
   moments.first = std::max(moments.first, backward_transient(backward, a));
   backward.gradients_unmade = false;
   moments.last = backward_transient(backward, a);
@@ -291,11 +300,11 @@ Part encoder_part(const RunConfig& c, int s, int64_t in_flight, double images, c
     p.unmade_gradients = step_gradient_bytes(params, !e.frozen);
   }
   if (!e.frozen) p.state += step_copy_bytes(a) * params;  // a frozen weight is cast afresh at each use
-  const double eb = a.element_bytes;
-  const double layer_bytes = patches * encoder_bytes_per_patch(e, lay.tp, eb);
-  // Recomputed: each layer's fp32 input, and one layer's work again in its backward (as the LLM's).
+  const double eb = a.element_bytes, rb = residual_bytes(c, a);
+  const double layer_bytes = patches * encoder_bytes_per_patch(e, lay.tp, eb, rb);
+  // Recomputed: each layer's input, and one layer's work again in its backward (as the LLM's).
   const int64_t recomputed = e.frozen ? 0 : recomputed_layers(c, Module::kEncoder, layers.count);
-  double bytes = double(recomputed) * patches * h * kFp32 + double(layers.count - recomputed) * layer_bytes;
+  double bytes = double(recomputed) * patches * h * rb + double(layers.count - recomputed) * layer_bytes;
   if (first) bytes += patches * double(e.channels * e.patch_size * e.patch_size) * eb;  // the patches themselves
   // The projector, on the last stage, which always trains: its input, hidden and activation.
   const double projector = last ? double(projector_parameters(e, c.llm)) / lay.tp : 0;
@@ -329,7 +338,7 @@ Part encoder_part(const RunConfig& c, int s, int64_t in_flight, double images, c
     moments.last = moments.first;
   }
   if (!e.frozen) {
-    // The top layer's MLP backward: the residual stream's gradient (fp32)
+    // The top layer's MLP backward: the residual stream's gradient
     // and its hidden values' (one in fp32; in bf16 two, the activation's
     // and its input's), the projector's saved rows and this micro-batch's
     // send copy freed by then; where no gradient was made before, the
@@ -338,7 +347,7 @@ Part encoder_part(const RunConfig& c, int s, int64_t in_flight, double images, c
     // (fp32) and -2.1 % (bf16) without it.
     const double tokens = images * patches, f = double(e.mlp_hidden) / lay.tp;
     const double freed = last ? images * (projector_bytes + (sends ? row_bytes : 0)) : 0;
-    const double mlp = tokens * h * kFp32 + tokens * f * eb * (eb < kFp32 ? 2 : 1) - freed;
+    const double mlp = tokens * h * rb + tokens * f * eb * (eb < kFp32 ? 2 : 1) - freed;
     const double made = p.unmade_gradients > 0
                             ? (h * f + h + projector) * kFp32
                             : 0;
@@ -350,7 +359,7 @@ Part encoder_part(const RunConfig& c, int s, int64_t in_flight, double images, c
     const double trained = params + projector;
     const double copies = bucket_copies_bytes(c, lay.dp * lay.cp, trained * kFp32 - bottom_gradients);
     const RecomputeMoments r =
-        recompute_moments(images * layer_bytes, images * patches * h * kFp32, layers.count, recomputed, copies);
+        recompute_moments(images * layer_bytes, images * patches * h * rb, layers.count, recomputed, copies);
     // In the first backward the kept layers above and the projector have made their gradients.
     const double made_above =
         p.unmade_gradients > 0 ? double(layers.count - recomputed) * layer_gradients + projector * kFp32 : 0;

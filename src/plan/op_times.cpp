@@ -35,9 +35,10 @@ Cost matmul(const Profile& p, double tokens, double out, double in) {
   return {p.gemm_seconds(tokens, out, in), p.gemm_backward_seconds(tokens, out, in)};
 }
 
-// A memory-bound op over `elements` values, read and written once; its backward the same again, twice.
-Cost memory(const Profile& p, const char* op, double elements, double passes = 2) {
-  const double s = p.memory_seconds(op, passes * p.element_bytes() * elements);
+// A memory-bound op over `elements` values (`bytes` each: the activations'
+// width unless given), read and written once; its backward the same again, twice.
+Cost memory(const Profile& p, const char* op, double elements, double passes = 2, double bytes = 0) {
+  const double s = p.memory_seconds(op, passes * (bytes > 0 ? bytes : p.element_bytes()) * elements);
   return {s, 2 * s};
 }
 
@@ -80,7 +81,15 @@ struct LayerShape {
   const char* activation;
   double cast_share = 1;  // of the weights' bf16 casts, what one micro-batch pays (see weight_traffic)
   int split = 1;          // sequence parallelism: the residual stream's ways over TP (tp, else 1)
+  double residual_bytes = 4;  // a value of the residual stream (residual_bytes below)
 };
+
+// The residual stream's bytes a value: fp32, or the activations' width where
+// they are narrower and the run keeps the residual stream with them
+// (run.fp32_residual = false).
+double residual_bytes(const RunConfig& c, const Profile& p) {
+  return p.element_bytes() < kFp32 && !c.run.fp32_residual ? p.element_bytes() : kFp32;
+}
 
 RankCost layer_cost(const Profile& p, const LayerShape& l) {
   RankCost c;
@@ -108,10 +117,11 @@ RankCost layer_cost(const Profile& p, const LayerShape& l) {
                     p.attention_seconds(pairs, l.seq, l.head_dim, l.causal, true, grouped)} *
                (1.0 / l.cp);
   // The elementwise work as the layer code does it (model/*.cpp), each op's
-  // values read and written at the bandwidth measured for its kind:
+  // values read and written at the bandwidth measured for its kind, the
+  // norms and the residual adds at the residual stream's width:
   const double residual = l.tokens * l.hidden / l.split;             // this rank's part of the residual stream
-  c.compute += memory(p, l.norm, residual) * 2;                      // two norms
-  c.compute += memory(p, "add", residual, 3) * 2;                    // two residual adds
+  c.compute += memory(p, l.norm, residual, 2, l.residual_bytes) * 2;     // two norms
+  c.compute += memory(p, "add", residual, 3, l.residual_bytes) * 2;      // two residual adds
   c.compute += memory(p, l.activation, l.tokens * l.mlp / l.tp);     // the MLP's activation
   if (l.gated) c.compute += memory(p, "add", l.tokens * l.mlp / l.tp, 3);  // times the up projection
   if (l.rope) {  // q and k rotated (a product and a fused multiply-add a value); the backward rotates back
@@ -137,18 +147,23 @@ RankCost layer_cost(const Profile& p, const LayerShape& l) {
   const double weights = l.hidden * (2 * q + 2 * kv) + l.hidden * l.mlp / l.tp * (l.gated ? 3 : 2);
   c.compute += weight_traffic(p, weights, l.cast_share);
   // TP: the attention and MLP outputs all-reduced forward, their input
-  // gradients backward. Sequence parallel: each way their inputs all-gathered
-  // and their outputs reduce-scattered, the same bytes at a ring's cost, and
-  // the backward gathers the kept inputs again for the weights' gradients.
+  // gradients backward (at the residual stream's width: autocast's cast of
+  // the input hands the gradient back in its type). Sequence parallel: each
+  // way their inputs all-gathered and their outputs reduce-scattered, the
+  // same bytes at a ring's cost, and the backward gathers the kept inputs
+  // again for the weights' gradients, all at the GEMMs' width.
   const double e = p.element_bytes(), activations = e * l.tokens * l.hidden;
   const double gather = p.collective_seconds("all_gather", l.tp, activations, l.tp_spans);
   const double tp = l.split > 1 ? 2 * (gather + p.collective_seconds("reduce_scatter", l.tp, activations, l.tp_spans))
                                 : 2 * p.collective_seconds("all_reduce", l.tp, activations, l.tp_spans);
+  const double tp_backward =
+      l.split > 1 ? tp
+                  : 2 * p.collective_seconds("all_reduce", l.tp, l.residual_bytes * l.tokens * l.hidden, l.tp_spans);
   const double regather = l.split > 1 ? 2 * gather : 0;
   // CP: K and V gathered forward, their gradients reduce-scattered backward.
   const double kv_bytes = 2 * e * l.tokens * l.cp * kv;
   c.comm += {tp + p.collective_seconds("all_gather", l.cp, kv_bytes, l.cp_spans),
-             tp + regather + p.collective_seconds("reduce_scatter", l.cp, kv_bytes, l.cp_spans)};
+             tp_backward + regather + p.collective_seconds("reduce_scatter", l.cp, kv_bytes, l.cp_spans)};
   return c;
 }
 
@@ -251,6 +266,7 @@ OpEstimate estimate_ops(const RunConfig& c, const Profile& p) {
                              double(c.data.micro_batch_size), double(llm.seq_len), "rms_norm", "gelu"};
   llm_layer.cast_share = 1 / micro_batches;  // trainable weights: cast once a step
   llm_layer.split = pl.llm.sequence_parts();
+  llm_layer.residual_bytes = residual_bytes(c, p);
   RankCost layer = calibrated_layer_cost(p, llm_layer, "llm");
   for (int s = 0; s < pl.llm.pp; ++s) {
     const int64_t count = stage_layers(llm.layers, pl.llm.pp, s).count;
@@ -298,6 +314,7 @@ OpEstimate estimate_ops(const RunConfig& c, const Profile& p) {
   // A frozen encoder's weights need no gradient: autocast casts them again in
   // each micro-batch.
   enc_layer.cast_share = enc.frozen ? 1 : 1 / micro_batches;
+  enc_layer.residual_bytes = llm_layer.residual_bytes;
   RankCost vit = calibrated_layer_cost(p, enc_layer, "encoder");
   for (int s = 0; s < pl.encoder.pp; ++s) {
     // A frozen encoder's backward is dropped below anyway.
@@ -346,7 +363,7 @@ OpEstimate estimate_ops(const RunConfig& c, const Profile& p) {
     t.boundary_backward = t.boundary_forward;
   }
   const int stage_stride = pl.llm.size() / pl.llm.pp;
-  t.stage_transfer = p.collective_seconds("send_recv", 2, e * tokens * double(llm.hidden) / llm_layer.split,
+  t.stage_transfer = p.collective_seconds("send_recv", 2, llm_layer.residual_bytes * tokens * double(llm.hidden) / llm_layer.split,
                                           members_per_node(p, llm_first, stage_stride, pl.llm.pp));
 
   // Once a step: each module's gradients summed over its DP x CP group in

@@ -24,13 +24,13 @@ void EncoderStage::forward(int64_t micro) {
     f.exchange = std::make_unique<BoundaryExchange>(route.plan, c.encoder.tokens_per_image(), ctx_.world, coord_.dp,
                                                     boundary_links(ctx_));
   }
-  const auto no_images = [&] { return at::empty({0, c.encoder.patches_per_image(), c.encoder.hidden}, ctx_.model.options(at::kFloat)); };
+  const auto no_images = [&] { return at::empty({0, c.encoder.patches_per_image(), c.encoder.hidden}, ctx_.model.residual_options()); };
   at::Tensor pixels;
   if (first) {
     pixels = assigned_images(ctx_.data, c, route, coord_.dp, ctx_.step);
   } else if (f.images > 0) {
     auto timed = ctx_.timer.measure(Phase::kPipelineWait);
-    at::Tensor h = at::empty({f.images, c.encoder.patches_per_image(), c.encoder.hidden}, ctx_.model.options(at::kFloat));
+    at::Tensor h = at::empty({f.images, c.encoder.patches_per_image(), c.encoder.hidden}, ctx_.model.residual_options());
     p2p_group(ctx_, Channel::kEncoderStages, false).recv(h, stage_peer(ctx_.groups.encoder(), -1), data_tag(Channel::kEncoderStages, micro));
     f.input = trains_ ? h.requires_grad_(true) : h;
   } else {
@@ -48,7 +48,7 @@ void EncoderStage::forward(int64_t micro) {
     }
   } else if (f.images > 0) {
     forward_sends_[micro].push_back(p2p_group(ctx_, Channel::kEncoderStages, false)
-                         .isend(f.output.detach().to(at::kFloat).contiguous(), stage_peer(ctx_.groups.encoder(), +1),
+                         .isend(f.output.detach().to(ctx_.model.residual_dtype()).contiguous(), stage_peer(ctx_.groups.encoder(), +1),
                                 data_tag(Channel::kEncoderStages, micro)));
   }
   // Forward only, no backward comes: the sends hold what they send, and only
@@ -69,7 +69,7 @@ void EncoderStage::backward(int64_t micro) {
     grad = f.exchange->receive_backward(c.llm.hidden, gradient_tag(Channel::kBoundary, micro), ctx_.model.activation_options());
   } else if (trains_ && f.images > 0) {
     auto timed = ctx_.timer.measure(Phase::kPipelineWait);
-    grad = at::empty(f.output.sizes(), ctx_.model.options(at::kFloat));
+    grad = at::empty(f.output.sizes(), ctx_.model.residual_options());
     p2p_group(ctx_, Channel::kEncoderStages, true).recv(grad, stage_peer(ctx_.groups.encoder(), +1), gradient_tag(Channel::kEncoderStages, micro));
   }
   if (grad.defined()) {

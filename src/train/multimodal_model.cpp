@@ -42,7 +42,8 @@ MultimodalModel::ParameterSets trainable_sets(const std::vector<MultimodalModel:
 
 MultimodalModel::MultimodalModel(const RunConfig& c, Group* encoder_tp, Group* llm_tp, Group* llm_cp, int llm_stage,
                                  int encoder_stage)
-    : llm_hidden_(c.llm.hidden), encoder_frozen_(c.encoder.frozen), bf16_(computes_in_bf16(c)) {
+    : llm_hidden_(c.llm.hidden), encoder_frozen_(c.encoder.frozen), bf16_(computes_in_bf16(c)),
+      bf16_residual_(bf16_residual(c)) {
   if (encoder_tp) {
     const int stages = c.placement.encoder.pp;
     encoder = std::make_shared<VisionEncoder>(c.encoder, c.run.seed, *encoder_tp, encoder_stage, stages);
@@ -51,11 +52,13 @@ MultimodalModel::MultimodalModel(const RunConfig& c, Group* encoder_tp, Group* l
       for (at::Tensor& p : encoder->parameters()) p.set_requires_grad(false);
     }
     encoder->set_recompute(recomputed_layers(c, Module::kEncoder, encoder->block_count()));
+    encoder->set_residual_dtype(residual_dtype());
   }
   if (llm_tp) {
     llm = std::make_shared<LlamaModel>(c.llm, c.run.seed, *llm_tp, llm_cp, llm_stage, c.placement.llm.pp,
                                        c.placement.llm.sp ? TpSequence::kSplit : TpSequence::kWhole);
     llm->set_recompute(recomputed_layers(c, Module::kLlm, llm->block_count()));
+    llm->set_residual_dtype(residual_dtype());
   }
 }
 

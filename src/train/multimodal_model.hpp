@@ -75,6 +75,10 @@ class MultimodalModel {
   // Tensors of `dtype` on the model's device (receive buffers, losses).
   at::TensorOptions options(at::ScalarType dtype) const { return at::TensorOptions(dtype).device(device_); }
   at::TensorOptions activation_options() const { return options(activation_dtype()); }
+  // The residual stream's type, in which pipeline stages pass activations and
+  // their gradients: bf16 under run.fp32_residual = false in bf16, else fp32.
+  at::ScalarType residual_dtype() const { return bf16_residual_ ? at::kBFloat16 : at::kFloat; }
+  at::TensorOptions residual_options() const { return options(residual_dtype()); }
 
   std::shared_ptr<VisionEncoder> encoder;  // null where the rank holds no encoder
   std::shared_ptr<GeluMlp> projector;
@@ -84,6 +88,7 @@ class MultimodalModel {
   int64_t llm_hidden_;
   bool encoder_frozen_;
   bool bf16_;  // forwards under bf16 autocast
+  bool bf16_residual_;
   at::Device device_{at::kCPU};
 };
 

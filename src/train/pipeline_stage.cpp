@@ -26,7 +26,7 @@ void PipelineStage::forward(int64_t micro) {
     auto timed = ctx_.timer.measure(Phase::kPipelineWait);
     // Under sequence parallelism each TP rank sends and receives its part of the sequence.
     const int64_t positions = f.batch.ids.size(1) / c.placement.llm.sequence_parts();
-    at::Tensor h = at::empty({f.batch.ids.size(0), positions, c.llm.hidden}, ctx_.model.options(at::kFloat));
+    at::Tensor h = at::empty({f.batch.ids.size(0), positions, c.llm.hidden}, ctx_.model.residual_options());
     p2p_group(ctx_, Channel::kLlmStages, false).recv(h, stage_peer(ctx_.groups.llm(), -1), data_tag(Channel::kLlmStages, micro));
     f.input = hidden = h.requires_grad_(true);
   }
@@ -38,7 +38,7 @@ void PipelineStage::forward(int64_t micro) {
   } else {
     f.output = out;
     sends_.push_back(p2p_group(ctx_, Channel::kLlmStages, false)
-                         .isend(out.detach().to(at::kFloat).contiguous(), stage_peer(ctx_.groups.llm(), +1),
+                         .isend(out.detach().to(ctx_.model.residual_dtype()).contiguous(), stage_peer(ctx_.groups.llm(), +1),
                                 data_tag(Channel::kLlmStages, micro)));
   }
   if (ctx_.forward_only) in_flight_.erase(micro);  // no backward will come for it
@@ -52,7 +52,7 @@ void PipelineStage::backward(int64_t micro) {
     before_llm_backward(ctx_, micro);
     f.output.backward();
   } else {
-    at::Tensor grad = at::empty(f.output.sizes(), ctx_.model.options(at::kFloat));
+    at::Tensor grad = at::empty(f.output.sizes(), ctx_.model.residual_options());
     {
       auto timed = ctx_.timer.measure(Phase::kPipelineWait);
       p2p_group(ctx_, Channel::kLlmStages, true).recv(grad, stage_peer(ctx_.groups.llm(), +1), gradient_tag(Channel::kLlmStages, micro));

@@ -52,14 +52,16 @@ def crafted(out, bf16_shift, mfu, recompute_shift=0.0):
     base = [5.0, 4.0, 3.0]
     for run, losses in {"fp32_cpu": base, "fp32_cuda": [l * (1 + 1e-7) for l in base],
                         "fp32_cuda_recompute": [l * (1 + 1e-7 + recompute_shift) for l in base],
-                        "bf16_cuda": [l * (1 + bf16_shift) for l in base]}.items():
+                        "bf16_cuda": [l * (1 + bf16_shift) for l in base],
+                        "bf16_residual_cuda": [l * (1 + 1.5 * bf16_shift) for l in base]}.items():
         (out / run).mkdir()
         (out / run / "steps.jsonl").write_text(steps(losses))
-    (out / "throughput").mkdir()
-    (out / "throughput" / "steps.jsonl").write_text(steps([9.0, 8.0, 7.0]))
-    (out / "throughput" / "summary.json").write_text(json.dumps({
-        "warmup_steps": 1, "mfu": mfu, "tflops_per_gpu": mfu * 989, "step_seconds_median": 1.0, "peak_source": "x",
-        "peak_memory_mib": 1024.0, "peak_tensor_mib": 1024.0, "gemm_adds_into_fp32": True}))
+    for run, run_mfu in (("throughput", mfu), ("throughput_bf16_residual", mfu * 1.02)):
+        (out / run).mkdir()
+        (out / run / "steps.jsonl").write_text(steps([9.0, 8.0, 7.0]))
+        (out / run / "summary.json").write_text(json.dumps({
+            "warmup_steps": 1, "mfu": run_mfu, "tflops_per_gpu": run_mfu * 989, "step_seconds_median": 1.0,
+            "peak_source": "x", "peak_memory_mib": 1024.0, "peak_tensor_mib": 1024.0, "gemm_adds_into_fp32": True}))
 
 
 def report(out):
@@ -75,7 +77,10 @@ def test_report_passes_a_good_run(tmp_path):
     assert by_name["fp32 cuda vs cpu"]["result"] == "pass"
     assert by_name["bf16 vs fp32 on cuda"]["result"] == "pass"
     assert by_name["recompute vs keeping activations, fp32 on cuda"]["result"] == "pass"
-    assert by_name["phase times vs step wall time"]["figure"].startswith("phases sum to 90.0 %")
+    assert by_name["bf16 with a bf16 residual stream vs fp32 on cuda"]["result"] == "pass"
+    assert by_name["throughput, bf16 residual stream"]["result"] == "pass"
+    assert by_name["throughput (8B-shaped layers, bf16): phase times vs step wall time"]["figure"].startswith(
+        "phases sum to 90.0 %")
     assert by_name["multi-GPU NCCL parity"]["result"] == "not run"
     assert "one GPU" in by_name["multi-GPU NCCL parity"]["figure"]
 
@@ -90,6 +95,7 @@ def test_report_fails_a_recompute_run_that_drifts(tmp_path):
 
 @pytest.mark.parametrize("bf16_shift, mfu, failing", [
     (0.0, 0.5, "bf16 vs fp32 on cuda"),      # bf16 equal to fp32: not in effect
+    (0.0, 0.5, "bf16 with a bf16 residual stream vs fp32 on cuda"),
     (1e-2, 0.5, "bf16 vs fp32 on cuda"),     # past the bf16 tolerance
     (1e-4, 0.3, "throughput (8B-shaped layers, bf16)"),
 ])
@@ -180,17 +186,18 @@ def test_rehearsal_runs_every_stage_a_cpu_can(tmp_path):
     assert done.stdout.startswith("REHEARSAL on the CPU"), done.stdout
     stages = {line.split("\t")[0]: line.split("\t")[1] for line in (out / "stages.tsv").read_text().splitlines()}
     ran = ["devices", "gpu_tests", "fp32_cuda", "fp32_cpu", "fp32", "fp32_cuda_recompute", "recompute", "bf16_cuda",
-           "bf16", "host_sync", "predict_published", "uniform_2", "colocated_2", "colocated_parity",
+           "bf16", "bf16_residual_cuda", "bf16_residual", "host_sync", "predict_published",
+           "predict_published_bf16_residual", "uniform_2", "colocated_2", "colocated_parity",
            "colocated_2_sp", "colocated_sp_parity", "uniform_2_sums_after", "overlap_same_bits",
            "uniform_2_sharded", "sharded_parity", "noncolocated_2", "noncolocated_parity"]
     assert {name: stages.get(name) for name in ran} == {name: "0" for name in ran}, done.stderr
-    assert {stages[n] for n in ("build", "rehearsal", "throughput", "calibrate")} == {"skipped"}
+    assert {stages[n] for n in ("build", "rehearsal", "throughput", "throughput_bf16_residual", "calibrate")} == {"skipped"}
     result = json.loads((out / "gpu-check.json").read_text())
     assert result["rehearsal"] is True
     by_name = {c["check"]: c["result"] for c in result["checks"]}
     assert by_name["devices"] == by_name["gpu_tests"] == by_name["throughput (8B-shaped layers, bf16)"] == "not run"
     parities = [name for name in by_name if " vs " in name]
-    assert len(parities) == 8 and all(by_name[name] == "pass" for name in parities), by_name
+    assert len(parities) == 9 and all(by_name[name] == "pass" for name in parities), by_name
     assert json.loads((out / "plan_published" / "plan.json").read_text())["profile"] == "profiles/h200_dgx.json"
     # Every run was on the CPU.
     for run in ("fp32_cuda", "bf16_cuda", "colocated_2_sp"):
