@@ -242,7 +242,7 @@ std::optional<ConfigProblem> consistency_problem(const RunConfig& c) {
                           "run.recompute = \"full\", got \"" + c.run.recompute + "\""};
   }
   if (!c.run.fp32_residual && c.run.precision == "fp32") {
-    return ConfigProblem{{"run.fp32_residual", "run.precision"}, "= false keeps the residual stream in bf16, so it needs "
+    return ConfigProblem{{"run.fp32_residual", "run.precision"}, "false keeps the residual stream in bf16, which needs "
                          "run.precision = \"bf16\" (or \"auto\" on a GPU), got \"fp32\""};
   }
   if (c.optim.min_lr > c.optim.lr) {
