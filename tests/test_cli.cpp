@@ -234,6 +234,7 @@ TEST(Cli, PlanWritesItsFilesAndRefusesBadInput) {
       {"--devices 0 --profile " + h100, "--devices"},
       {"--devices 4 --profile " + h100 + " --objective throughput", "--objective"},
       {"--devices 4 --profile " + h100 + " --set llm.hiden=64", "llm.hiden"},
+      {"--devices 4 --profile " + h100 + " --set run.precision=fp32", "run.precision = \"fp32\", but the profile measures bf16"},
       {"--devices 4 --profile " + h100 + " --label =x", "--label"},
       {"--devices 4 --profile " + h100 + " --set data.files=" + dir + "/no_such_files", "data.files: " + dir + "/no_such_files: not a directory"},
       // A 70-billion-parameter-sized LLM cannot fit 4 devices of 80 GB with unsharded optimizer state.

@@ -205,6 +205,26 @@ TEST(OpTimes, TheLlmElementwiseWorkIsTheLayerCodesOps) {
               1e-10);
 }
 
+// A profile prices one precision: a run in the other is refused (the plan
+// exits, a sweep's run gets no prediction), "auto" takes the profile's.
+TEST(OpTimes, AProfileOfAnotherPrecisionIsRefused) {
+  json j = flat_profile(1e9, 2);
+  const Profile cpu = Profile::from_json(j, "fp32");
+  j["element_bytes"] = 2;
+  const Profile gpu = Profile::from_json(j, "bf16");
+  const auto run = [](const char* precision) {
+    return load_run_config(source_tree_path("/workloads/tiny.toml"), {std::string("run.precision=\"") + precision + "\""});
+  };
+  EXPECT_EQ(precision_problem(run("auto"), cpu), "");
+  EXPECT_EQ(precision_problem(run("auto"), gpu), "");
+  EXPECT_EQ(precision_problem(run("fp32"), cpu), "");
+  EXPECT_EQ(precision_problem(run("bf16"), gpu), "");
+  EXPECT_NE(precision_problem(run("bf16"), cpu).find("run.precision = \"bf16\", but the profile measures fp32"),
+            std::string::npos);
+  EXPECT_NE(precision_problem(run("fp32"), gpu).find("run.precision = \"fp32\", but the profile measures bf16"),
+            std::string::npos);
+}
+
 // The residual stream's width in bf16 (a profile of 2-byte activations):
 // fp32 unless run.fp32_residual = false. With everything but the
 // collectives free (1 GB/s, no latency), a pipeline stage's send is the

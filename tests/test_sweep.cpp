@@ -306,6 +306,21 @@ TEST(Sweep, PredictionsSitBesideTheMeasurement) {
   EXPECT_NE(text.find("Peak memory"), std::string::npos) << text;
   EXPECT_NE(text.find("Tensor memory"), std::string::npos) << text;
 
+  // Runs in bf16 against this CPU's fp32 profile: measured, and no prediction beside them, saying why.
+  const std::string bf16 = fresh_dir("sweep_predicted_bf16");
+  std::tie(code, output) = run_command(hetpar_binary() + " sweep " + kSweeps + "/two_points.toml --out " + bf16 +
+                                       " --no-plots --set run.precision=bf16 --set run.steps=2 --profile " + profile);
+  ASSERT_EQ(code, 0) << output;
+  int refused = 0;
+  for (const std::string& line : lines_of(bf16 + "/results.jsonl")) {
+    const nlohmann::json r = nlohmann::json::parse(line);
+    if (r["status"] != "ok") continue;
+    EXPECT_FALSE(r.contains("predicted_step_seconds")) << line;
+    EXPECT_NE(r.value("prediction_failed", "").find("the profile measures fp32"), std::string::npos) << line;
+    ++refused;
+  }
+  EXPECT_EQ(refused, 3);
+
   const std::string never = fresh_dir("sweep_bad_profile");
   std::tie(code, output) = run_command(hetpar_binary() + " sweep " + kSweeps + "/two_points.toml --out " +
                                        never + " --profile " + never + "_missing.json");

@@ -7,6 +7,7 @@
 #include "config/config_error.hpp"
 #include "data/data_sources.hpp"
 #include "plan/memory_model.hpp"
+#include "plan/op_times.hpp"
 #include "plan/plan_report.hpp"
 #include "plan/planner.hpp"
 #include "util/durable_file.hpp"
@@ -75,6 +76,9 @@ int run_plan(const PlanArgs& args) {
     profile = Profile::load(args.profile);
   } catch (const std::exception& e) {
     die(kExitConfigError, std::string("--profile: ") + e.what());
+  }
+  if (const std::string why = precision_problem(base, profile); !why.empty()) {
+    die(kExitConfigError, "--profile " + args.profile + ": " + why);
   }
   const std::string out = args.out.empty() ? fmt::format("results/plans/{}-{}", base.run.name, args.devices) : args.out;
   if (const std::string why = output_dir_problem(out, plan_outputs()); !why.empty() && !earlier_unmarked_plan(out)) {

@@ -245,6 +245,15 @@ double images_per_encoder_rank(const RunConfig& c) {
 
 }  // namespace
 
+std::string precision_problem(const RunConfig& c, const Profile& p) {
+  if (c.run.precision == "auto") return "";
+  const double wanted = c.run.precision == "bf16" ? 2 : kFp32;
+  if (p.element_bytes() == wanted) return "";
+  return "run.precision = \"" + c.run.precision + "\", but the profile measures " +
+         (p.element_bytes() < kFp32 ? "bf16 (a GPU's)" : "fp32 (a CPU's)") +
+         ": its rates and widths would price another precision; predict with a profile of the run's (or \"auto\")";
+}
+
 OpEstimate estimate_ops(const RunConfig& c, const Profile& p) {
   const ModulePlacement& pl = c.placement;
   const double micro_batches = static_cast<double>(micro_batches_per_step(c));

@@ -9,6 +9,8 @@
 // does). The schedule half (plan/step_model.hpp) turns these into a step.
 #pragma once
 
+#include <string>
+
 #include "config/run_config.hpp"
 #include "plan/profile.hpp"
 #include "plan/step_model.hpp"
@@ -24,6 +26,12 @@ struct OpEstimate {
   double compute_seconds = 0;
 };
 OpEstimate estimate_ops(const RunConfig& config, const Profile& profile);
+
+// Why `profile` cannot price `config`, or "": a profile measures its
+// matmuls and activations in one precision (element_bytes 4: fp32, 2: bf16),
+// so a run in the other would get that precision's rates and widths (a CPU
+// calibration measures fp32 only). run.precision = "auto" takes the profile's.
+std::string precision_problem(const RunConfig& config, const Profile& profile);
 
 // A lower bound of predict_step's seconds without simulating the step.
 double step_lower_bound(const RunConfig& config, const OpEstimate& ops, const Profile& profile);

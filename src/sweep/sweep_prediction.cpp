@@ -15,6 +15,10 @@ void add_prediction(nlohmann::json& r, const RunConfig& config, const Profile& p
   if (r.value("status", "") != "ok" || measured == r.end() || !measured->is_number() || measured->get<double>() <= 0) {
     return;
   }
+  if (const std::string why = precision_problem(config, profile); !why.empty()) {
+    r["prediction_failed"] = why;  // no prediction rather than one of another precision
+    return;
+  }
   try {
     const double predicted = predict_step_seconds(config, profile);
     r["predicted_step_seconds"] = predicted;
