@@ -134,6 +134,12 @@ inline bool computes_in_bf16(const RunConfig& config) { return config.run.precis
 // Whether the residual stream (the embeddings, each layer's sum, what pipeline
 // stages pass on) is bf16: under bf16 with run.fp32_residual = false.
 inline bool bf16_residual(const RunConfig& config) { return computes_in_bf16(config) && !config.run.fp32_residual; }
+// The residual stream's bytes a value where activations take `activation_bytes`
+// (the models take the width from a profile): 4, or the activations' width
+// where it is narrower and run.fp32_residual = false keeps the stream with them.
+inline double residual_value_bytes(const RunConfig& config, double activation_bytes) {
+  return activation_bytes < 4 && !config.run.fp32_residual ? activation_bytes : 4;
+}
 // Whether transformer layers keep only their input and recompute their forward in the backward.
 inline bool recomputes_layers(const RunConfig& config) { return config.run.recompute == "full"; }
 // The two modules, where a setting may differ between them.

@@ -66,7 +66,7 @@ class LlamaModel : public torch::nn::Module {
   // This stage's first `layers` blocks keep only their input and run again
   // in the backward (model/recompute.hpp); 0: none.
   void set_recompute(int64_t layers) { recompute_layers_ = layers; }
-  // The residual stream's type: the embedding are cast to it, and every
+  // The residual stream's type: the embeddings are cast to it, and every
   // layer's sums and norms then keep it (fp32 unless set).
   void set_residual_dtype(at::ScalarType dtype) { residual_dtype_ = dtype; }
   int64_t block_count() const { return static_cast<int64_t>(blocks_.size()); }

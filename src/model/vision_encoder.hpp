@@ -47,8 +47,8 @@ class VisionEncoder : public torch::nn::Module {
   // This stage's first `layers` blocks keep only their input and run again
   // in the backward (model/recompute.hpp); 0: none.
   void set_recompute(int64_t layers) { recompute_layers_ = layers; }
-  // The residual stream's type: the patch and position embeddings are cast to it, and every
-  // layer's sums and norms then keep it (fp32 unless set).
+  // The residual stream's type: the patch and position embeddings are cast
+  // to it, and every layer's sums and norms then keep it (fp32 unless set).
   void set_residual_dtype(at::ScalarType dtype) { residual_dtype_ = dtype; }
   int64_t block_count() const { return static_cast<int64_t>(blocks_.size()); }
 

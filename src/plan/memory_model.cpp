@@ -54,12 +54,6 @@ double norm_bytes_per_token(double h, double row_floats, double eb, double rb, i
   return (h * rb + row_floats * kFp32 + h * eb) / split;
 }
 
-// The residual stream's bytes a value: fp32, or the activations' width where
-// they are narrower and the run keeps the residual stream with them.
-double residual_bytes(const RunConfig& c, const MemoryAssumptions& a) {
-  return a.element_bytes < kFp32 && !c.run.fp32_residual ? a.element_bytes : kFp32;
-}
-
 double llm_bytes_per_token(const LlmConfig& l, const Layout& lay, bool keeps_probabilities, double eb, double rb) {
   const int tp = lay.tp, cp = lay.cp;
   const double h = double(l.hidden), kv = double(l.kv_heads) * double(l.hidden / l.heads), f = double(l.ffn_hidden);
@@ -219,7 +213,7 @@ Part llm_part(const RunConfig& c, int s, int64_t in_flight, const MemoryAssumpti
   const double read_by_matmuls = params - (s == 0 ? vocab * h : 0);  // all but the embedding table
   p.state += step_copy_bytes(a) * read_by_matmuls / lay.tp;
   p.in_flight = in_flight;
-  const double rb = residual_bytes(c, a);
+  const double rb = residual_value_bytes(c, a.element_bytes);
   const double layer_bytes = tokens * llm_bytes_per_token(l, lay, a.attention_keeps_probabilities, a.element_bytes, rb);
   // Recomputed, a layer keeps its input (the residual stream, whole on
   // every TP rank, or its part under sequence parallelism) and makes its work
@@ -300,7 +294,7 @@ Part encoder_part(const RunConfig& c, int s, int64_t in_flight, double images, c
     p.unmade_gradients = step_gradient_bytes(params, !e.frozen);
   }
   if (!e.frozen) p.state += step_copy_bytes(a) * params;  // a frozen weight is cast afresh at each use
-  const double eb = a.element_bytes, rb = residual_bytes(c, a);
+  const double eb = a.element_bytes, rb = residual_value_bytes(c, a.element_bytes);
   const double layer_bytes = patches * encoder_bytes_per_patch(e, lay.tp, eb, rb);
   // Recomputed: each layer's input, and one layer's work again in its backward (as the LLM's).
   const int64_t recomputed = e.frozen ? 0 : recomputed_layers(c, Module::kEncoder, layers.count);

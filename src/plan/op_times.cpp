@@ -81,15 +81,8 @@ struct LayerShape {
   const char* activation;
   double cast_share = 1;  // of the weights' bf16 casts, what one micro-batch pays (see weight_traffic)
   int split = 1;          // sequence parallelism: the residual stream's ways over TP (tp, else 1)
-  double residual_bytes = 4;  // a value of the residual stream (residual_bytes below)
+  double residual_bytes = 4;  // a value of the residual stream (config/run_config.hpp, residual_value_bytes)
 };
-
-// The residual stream's bytes a value: fp32, or the activations' width where
-// they are narrower and the run keeps the residual stream with them
-// (run.fp32_residual = false).
-double residual_bytes(const RunConfig& c, const Profile& p) {
-  return p.element_bytes() < kFp32 && !c.run.fp32_residual ? p.element_bytes() : kFp32;
-}
 
 RankCost layer_cost(const Profile& p, const LayerShape& l) {
   RankCost c;
@@ -275,7 +268,7 @@ OpEstimate estimate_ops(const RunConfig& c, const Profile& p) {
                              double(c.data.micro_batch_size), double(llm.seq_len), "rms_norm", "gelu"};
   llm_layer.cast_share = 1 / micro_batches;  // trainable weights: cast once a step
   llm_layer.split = pl.llm.sequence_parts();
-  llm_layer.residual_bytes = residual_bytes(c, p);
+  llm_layer.residual_bytes = residual_value_bytes(c, p.element_bytes());
   RankCost layer = calibrated_layer_cost(p, llm_layer, "llm");
   for (int s = 0; s < pl.llm.pp; ++s) {
     const int64_t count = stage_layers(llm.layers, pl.llm.pp, s).count;
