@@ -424,7 +424,8 @@ TEST(TrainingPipeline, AFrozenPipelinedEncoderMatchesOneRank) {
 }
 
 // run.precision = "bf16". Measured on the tiny model: bf16 against fp32
-// differs by ~9e-5 relative over 20 steps and 7.6e-5 over 30, a heterogeneous
+// differs by ~9e-5 relative over 20 steps and 7.6e-5 to 1.0e-4 over 30 (two
+// machines of 2026-12-07), a heterogeneous
 // bf16 layout against the uniform bf16 run by 3e-5 to 1.7e-4 (fp32 layouts:
 // ~1e-8). The tolerance
 // leaves 12x; a bf16 curve equal to the fp32 one within 1e-6 would mean bf16
@@ -436,19 +437,6 @@ const std::vector<nlohmann::json>& bf16_reference_run() {
   static const std::vector<nlohmann::json> run =
       train("reference_bf16", std::string("--set data.micro_batch_size=2") + kBf16 + kEval);
   return run;
-}
-
-// Over 30 steps, through the warm-up and into the decay.
-TEST_F(TrainingParity, Bf16FollowsFp32WithinTheBf16Tolerance) {
-  const auto fp32 = train("fp32_30", "--set data.micro_batch_size=2", 30);
-  const auto bf16 = train("bf16_30", std::string("--set data.micro_batch_size=2") + kBf16, 30);
-  ASSERT_EQ(fp32.size(), 30u);
-  ASSERT_EQ(bf16.size(), 30u);
-  const double diff = max_relative_loss_difference(bf16, fp32);
-  std::printf("bf16 vs fp32, 1 rank: max relative loss difference over 30 steps %.3g\n", diff);
-  EXPECT_LE(diff, kBf16LossRtol);
-  EXPECT_GT(diff, 1e-6) << "the bf16 curve is the fp32 one: bf16 is not in effect";
-  EXPECT_GT(std::abs(double(bf16[29]["loss"]) - double(bf16[0]["loss"])), 0.1) << "bf16 does not train";
 }
 
 // A bf16 layout's run against the uniform bf16 run of the same settings.
@@ -481,22 +469,31 @@ INSTANTIATE_TEST_SUITE_P(
 
 // run.fp32_residual = false: the residual stream in bf16 too (the embeddings
 // cast, every layer's sums, the norms' inputs, what pipeline stages pass on).
-// Measured on the tiny model (2026-12-07): 1.1e-4 from fp32 over 30 steps
-// (the fp32 stream: 7.6e-5) and 1.2e-4 from bf16 with an fp32 stream; the
+// Measured on the tiny model (2026-12-07, two machines): 1.1e-4 from fp32 over
+// 30 steps (the fp32 stream: 7.6e-5 to 1.0e-4) and 1.2e-4 to 1.4e-4 from bf16
+// with an fp32 stream; the
 // layouts below against the uniform run with a bf16 stream, 4.6e-5 to 2.0e-4.
 constexpr const char* kBf16Residual = " --set run.precision=bf16 --set run.fp32_residual=false";
 
-TEST_F(TrainingParity, ABf16ResidualStreamFollowsFp32WithinTheBf16Tolerance) {
-  const auto fp32 = train("fp32_30r", "--set data.micro_batch_size=2", 30);
-  const auto bf16 = train("bf16_30r", std::string("--set data.micro_batch_size=2") + kBf16, 30);
+// Over 30 steps, through the warm-up and into the decay: bf16 with either
+// residual stream against fp32 (one test, so the three curves train once).
+TEST_F(TrainingParity, Bf16FollowsFp32WithinTheBf16ToleranceWithEitherResidualStream) {
+  const auto fp32 = train("fp32_30", "--set data.micro_batch_size=2", 30);
+  const auto bf16 = train("bf16_30", std::string("--set data.micro_batch_size=2") + kBf16, 30);
   const auto low = train("bf16_residual_30", std::string("--set data.micro_batch_size=2") + kBf16Residual, 30);
   ASSERT_EQ(fp32.size(), 30u);
   ASSERT_EQ(bf16.size(), 30u);
   ASSERT_EQ(low.size(), 30u);
-  const double diff = max_relative_loss_difference(low, fp32), from_bf16 = max_relative_loss_difference(low, bf16);
-  std::printf("bf16 with a bf16 residual stream, 1 rank: max relative loss difference over 30 steps %.3g from fp32, "
-              "%.3g from bf16 with an fp32 one\n", diff, from_bf16);
+  const double diff = max_relative_loss_difference(bf16, fp32);
+  std::printf("bf16 vs fp32, 1 rank: max relative loss difference over 30 steps %.3g\n", diff);
   EXPECT_LE(diff, kBf16LossRtol);
+  EXPECT_GT(diff, 1e-6) << "the bf16 curve is the fp32 one: bf16 is not in effect";
+  EXPECT_GT(std::abs(double(bf16[29]["loss"]) - double(bf16[0]["loss"])), 0.1) << "bf16 does not train";
+
+  const double low_diff = max_relative_loss_difference(low, fp32), from_bf16 = max_relative_loss_difference(low, bf16);
+  std::printf("bf16 with a bf16 residual stream, 1 rank: max relative loss difference over 30 steps %.3g from fp32, "
+              "%.3g from bf16 with an fp32 one\n", low_diff, from_bf16);
+  EXPECT_LE(low_diff, kBf16LossRtol);
   EXPECT_GT(from_bf16, 1e-6) << "the same curve as with an fp32 residual stream: the setting is not in effect";
 }
 
