@@ -242,6 +242,57 @@ TEST(Checkpoint, ABrokenOrForeignCheckpointIsRefused) {
   expect_refused(copy_of_cut("foreign"), " --set llm.hidden=128", "differ in llm.hidden: 64 in the checkpoint, 128 now");
   expect_refused(copy_of_cut("reseeded"), " --set run.seed=5", "differ in run.seed");
   expect_refused(scratch("nowhere"), "", "no complete checkpoint");
+
+  // The record of the steps before the checkpoint is checked before any rank
+  // starts too, and a refusal leaves the directory as it was.
+  const std::string unrecorded = copy_of_cut("unrecorded");
+  fs::remove(unrecorded + "/steps.jsonl");
+  expect_refused(unrecorded, "", "steps.jsonl is missing");
+  const std::string garbled = copy_of_cut("garbled");
+  {
+    const auto steps = steps_of(garbled);
+    std::ofstream out(garbled + "/steps.jsonl");
+    out << steps[0].dump() << "\nnot a record\n" << steps[2].dump() << "\n";
+  }
+  std::ofstream(garbled + "/summary.json") << "{}";  // as a run that ended would leave it
+  expect_refused(garbled, "", "steps.jsonl:2: not a step record");
+  EXPECT_TRUE(fs::exists(garbled + "/summary.json"));
+  const std::string gap = copy_of_cut("gap");
+  {
+    const auto steps = steps_of(gap);
+    std::ofstream(gap + "/steps.jsonl") << steps[0].dump() << "\n" << steps[2].dump() << "\n";
+  }
+  expect_refused(gap, "", "step 3 follows step 1");
+  expect_refused(copy_of_cut("with_hf"), " --init-hf " + gap, "--init-hf: not with --resume");
+}
+
+// A torn last record (a writer killed mid-line) is left out, and the resumed
+// run goes on from its checkpoint as if it had not been written.
+TEST(Checkpoint, ATornLastStepRecordIsLeftOutOnResume) {
+  const std::string dir = copy_of_cut("torn");
+  std::ofstream(dir + "/steps.jsonl", std::ios::app) << R"({"step": 6, "lo)";
+  const auto [code, out] = run_command(kHetpar + " train " + kRun + kEight + " --resume " + dir);
+  ASSERT_EQ(code, 0) << out;
+  const auto resumed = steps_of(dir);
+  ASSERT_EQ(resumed.size(), 8u);
+  EXPECT_EQ(max_relative_loss_difference_from_full(resumed), 0.0);
+}
+
+// A refused command (here an export directory that cannot be made) leaves
+// the earlier run in --out as it was: nothing is removed before every check
+// has passed.
+TEST(Checkpoint, ARefusedCommandLeavesTheEarlierRunInPlace) {
+  const std::string dir = scratch("refused"), blocker = scratch("blocker");
+  std::ofstream(blocker) << "a file, not a directory";
+  const auto [first, first_out] = run_command(kHetpar + " train " + kRun + " --set run.steps=1 --out " + dir);
+  ASSERT_EQ(first, 0) << first_out;
+  const auto [code, out] =
+      run_command(kHetpar + " train " + kRun + " --set run.steps=1 --out " + dir + " --save-hf " + blocker + "/hf");
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_TRUE(contains(out, "--save-hf")) << out;
+  for (const char* kept : {"config.toml", "steps.jsonl", "summary.json"}) {
+    EXPECT_TRUE(fs::exists(dir + "/" + kept)) << kept << " was removed by a refused command";
+  }
 }
 
 // A sweep killed while a point runs picks that point up at its checkpoint.

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 
 #include "metrics/run_summary.hpp"
@@ -115,6 +116,42 @@ TEST(RunSummary, DivergedStepsReadBackAndAreLeftOutOfParity) {
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find(":2:"), std::string::npos) << e.what();
   }
+}
+
+// A writer killed mid-line leaves a last line without its newline: left out.
+// A broken line anywhere else is an error naming it.
+TEST(RunSummary, ATornLastLineIsLeftOutAndABrokenOneNamed) {
+  const std::string dir = ::testing::TempDir() + "/torn_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/steps.jsonl";
+  std::ofstream(path) << step(1, 1, 6.0, 0).dump() << "\n" << step(2, 1, 5.0, 0).dump() << "\n" << R"({"step": 3, "lo)";
+  EXPECT_EQ(read_steps(path).size(), 2u);
+  EXPECT_EQ(steps_through(dir, 2).size(), 2u);
+  std::ofstream(path) << step(1, 1, 6.0, 0).dump() << "\n" << R"({"step": 2, "lo)" << "\n" << step(3, 1, 4.0, 0).dump();
+  try {
+    read_steps(path);
+    FAIL() << "accepted a broken line before the last";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find(":2:"), std::string::npos) << e.what();
+  }
+  // Steps 1 to N as a resume from step N's checkpoint keeps them, or an error naming what is amiss.
+  std::ofstream(path) << step(1, 1, 6.0, 0).dump() << "\n" << step(2, 1, 5.0, 0).dump() << "\n"
+                      << step(3, 1, 4.0, 0).dump() << "\n";
+  EXPECT_EQ(steps_through(dir, 2).size(), 2u);
+  const auto refused = [&](int64_t last, const std::string& says) {
+    try {
+      steps_through(dir, last);
+      ADD_FAILURE() << "accepted steps through " << last;
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  refused(4, "holds steps 1 to 3, but the checkpoint is of step 4");
+  std::ofstream(path) << step(2, 1, 5.0, 0).dump() << "\n";
+  refused(2, "step 2 follows step 0");
+  std::filesystem::remove(path);
+  refused(2, "steps.jsonl is missing");
+  std::filesystem::remove_all(dir);
 }
 
 TEST(RunSummary, ReadStepsNamesTheProblem) {

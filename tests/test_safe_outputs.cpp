@@ -192,7 +192,12 @@ TEST(RunDir, AFreshRunRemovesOnlyItsOwnEarlierOutputs) {
   }
   fs::create_directories(run + "/checkpoints/step_00000002");  // incomplete: no manifest
   fs::create_symlink(outside + "/keep.txt", run + "/profile_rank1.json");
-  { RunDirClaim second(run, false); }
+  {
+    // Claiming alone removes nothing (a later check may still refuse the command).
+    const RunDirClaim second(run, false);
+    EXPECT_EQ(names_in(run).size(), 9u);
+    second.clear_earlier_outputs();
+  }
   EXPECT_EQ(names_in(run), (std::vector<std::string>{".hetpar-run", "notes.md", "run.toml"}));
   EXPECT_EQ(text_of(outside + "/keep.txt"), "keep");  // the link went, not what it points to
   // A marker that is a link is replaced by hetpar's own, never written through.
@@ -219,7 +224,11 @@ TEST(RunDir, AFreshRunNeverReplacesACompleteCheckpoint) {
     EXPECT_NE(std::string(e.what()).find("/checkpoints, which hetpar train would replace"), std::string::npos)
         << e.what();
   }
-  { RunDirClaim resumed(run, true); }  // marked now; the stale summary goes, the rest stays
+  {
+    const RunDirClaim resumed(run, true);  // marked now; cleared, the stale summary goes, the rest stays
+    EXPECT_TRUE(fs::exists(run + "/summary.json"));
+    resumed.clear_earlier_outputs();
+  }
   EXPECT_EQ(names_in(run), (std::vector<std::string>{".hetpar-run", "checkpoints", "steps.jsonl"}));
   try {
     RunDirClaim fresh(run, false);

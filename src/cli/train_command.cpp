@@ -4,8 +4,11 @@
 
 #include "checkpoint/checkpoint_manifest.hpp"
 #include "data/data_sources.hpp"
+#include "metrics/run_summary.hpp"
 #include "train/run_dir.hpp"
 #include "util/durable_file.hpp"
+#include "util/exit_codes.hpp"
+#include "util/log.hpp"
 #include "util/output_dir.hpp"
 
 namespace hetpar {
@@ -22,6 +25,11 @@ void check_resume(const std::string& run_dir, const RunConfig& config) {
     const CheckpointManifest manifest = read_manifest(*checkpoint);
     verify_checkpoint_files(*checkpoint, manifest);
     check_resumable(load_run_config(*checkpoint + "/config.toml", {}), config, manifest.step);
+    try {
+      steps_through(run_dir, manifest.step);  // what the resumed run keeps of the earlier steps
+    } catch (const std::runtime_error& e) {
+      throw CheckpointError(e.what());
+    }
   } catch (const CheckpointError& e) {
     throw ConfigError("command line", "--resume", e.what());
   } catch (const ConfigError& e) {
@@ -46,6 +54,10 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& args) {
 }
 
 int run_train(const TrainArgs& args) {
+  if (!args.outputs.resume.empty() && !args.outputs.init_hf.empty()) {
+    die(kExitConfigError, "config: command line: --init-hf: not with --resume: the resumed run's weights are its "
+                          "checkpoint's (--init-hf starts a new run)");
+  }
   std::vector<std::string> rank_args;
   for (const auto& [flag, value] : {std::pair{"--out", args.outputs.out_dir}, std::pair{"--init-hf", args.outputs.init_hf},
                                     std::pair{"--save-hf", args.outputs.save_hf}, std::pair{"--resume", args.outputs.resume}}) {
@@ -78,6 +90,12 @@ int run_train(const TrainArgs& args) {
       } catch (const FileError& e) {
         throw ConfigError("command line", "--save-hf", e.what());
       }
+    }
+    // Every check passed: only now does the earlier run's output go.
+    try {
+      run_dir.clear_earlier_outputs();
+    } catch (const RunDirError& e) {
+      throw ConfigError("command line", "--out", e.what());
     }
   };
   JobArgs job = args.job;

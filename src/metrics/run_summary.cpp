@@ -1,5 +1,7 @@
 #include "metrics/run_summary.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -114,17 +116,43 @@ std::vector<nlohmann::json> read_steps(const std::string& run) {
   int line_number = 0;
   for (std::string line; std::getline(in, line);) {
     ++line_number;
+    const bool torn = in.eof();  // the file ended before this line's newline
     try {
-      steps.push_back(nlohmann::json::parse(line));
-      steps.back().at("step").get<int64_t>();
-      if (!is_diverged(steps.back())) steps.back().at("loss").get<double>();
+      nlohmann::json record = nlohmann::json::parse(line);
+      record.at("step").get<int64_t>();
+      if (!is_diverged(record)) record.at("loss").get<double>();
+      steps.push_back(std::move(record));
     } catch (const std::exception& e) {
+      if (torn) break;
       throw std::runtime_error(path + ":" + std::to_string(line_number) + ": not a step record with step and loss: " +
                                e.what());
     }
   }
   if (steps.empty()) throw std::runtime_error(path + ": no steps");
   return steps;
+}
+
+std::vector<nlohmann::json> steps_through(const std::string& run_dir, int64_t last_step) {
+  const std::string path = run_dir + "/steps.jsonl";
+  if (!std::filesystem::exists(path)) {
+    throw std::runtime_error(path + " is missing: the record of the steps before the checkpoint is gone (the run's "
+                             "summary would start at the checkpoint's step)");
+  }
+  std::vector<nlohmann::json> kept;
+  for (nlohmann::json& s : read_steps(run_dir)) {
+    const int64_t step = s.at("step").get<int64_t>();
+    if (step > last_step) continue;
+    if (step != static_cast<int64_t>(kept.size()) + 1) {
+      throw std::runtime_error(fmt::format("{}: step {} follows step {}: not the record of one run's steps 1 to {}",
+                                           path, step, kept.size(), last_step));
+    }
+    kept.push_back(std::move(s));
+  }
+  if (static_cast<int64_t>(kept.size()) != last_step) {
+    throw std::runtime_error(fmt::format("{} holds steps 1 to {}, but the checkpoint is of step {}", path,
+                                         kept.size(), last_step));
+  }
+  return kept;
 }
 
 }  // namespace hetpar

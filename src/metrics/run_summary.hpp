@@ -39,8 +39,16 @@ LossCurveDifference loss_curve_difference(const std::vector<nlohmann::json>& a, 
                                           const char* key = "loss");
 
 // The records of a run's steps.jsonl (a run directory or the file itself):
-// each has a step and a numeric loss, or is a diverged step.
-// Throws std::runtime_error naming the file (and line) when it cannot.
+// each has a step and a numeric loss, or is a diverged step. A last line
+// without its newline that does not parse is a record torn by a killed
+// writer and is left out. Throws std::runtime_error naming the file (and
+// line) when it cannot.
 std::vector<nlohmann::json> read_steps(const std::string& run);
+
+// The records of steps 1 to `last_step` of the run in `run_dir`, which a
+// resume from its checkpoint of that step keeps (a step's record is written
+// before its checkpoint, so every one is there). Throws std::runtime_error
+// naming the file when any is missing, repeated or out of order.
+std::vector<nlohmann::json> steps_through(const std::string& run_dir, int64_t last_step);
 
 }  // namespace hetpar

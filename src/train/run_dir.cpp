@@ -19,7 +19,7 @@ void remove_entry(const std::string& path) {
 
 }  // namespace
 
-RunDirClaim::RunDirClaim(const std::string& dir, bool resuming_here) {
+RunDirClaim::RunDirClaim(const std::string& dir, bool resuming_here) : dir_(dir), resuming_here_(resuming_here) {
   const OutputKind& kind = run_outputs();
   if (!resuming_here) {
     if (const std::string why = output_dir_problem(dir, kind); !why.empty()) throw RunDirError(why);
@@ -37,15 +37,19 @@ RunDirClaim::RunDirClaim(const std::string& dir, bool resuming_here) {
   } catch (const std::runtime_error& e) {
     throw RunDirError(e.what());
   }
-  if (resuming_here) {
-    remove_entry((fs::path(dir) / "summary.json").string());
-    return;
-  }
+  if (resuming_here) return;
   if (const auto checkpoint = latest_complete_checkpoint(dir)) {
     throw RunDirError(dir + " holds a complete checkpoint of an earlier run (" + *checkpoint +
                       "): continue it with --resume " + dir + ", or choose another --out");
   }
-  for (const std::string& path : existing_outputs(dir, kind)) remove_entry(path);
+}
+
+void RunDirClaim::clear_earlier_outputs() const {
+  if (resuming_here_) {
+    remove_entry((fs::path(dir_) / "summary.json").string());
+    return;
+  }
+  for (const std::string& path : existing_outputs(dir_, run_outputs())) remove_entry(path);
 }
 
 bool same_directory(const std::string& a, const std::string& b) {

@@ -60,16 +60,6 @@ void maybe_inject_fault(int rank, int64_t step) {
   _exit(kExitInjectedFault);
 }
 
-// The step records of an earlier run in `run_dir` up to `last_step`.
-std::vector<nlohmann::json> steps_up_to(const std::string& run_dir, int64_t last_step) {
-  std::vector<nlohmann::json> kept;
-  if (!std::filesystem::exists(run_dir + "/steps.jsonl")) return kept;
-  for (nlohmann::json& s : read_steps(run_dir)) {
-    if (s.at("step").get<int64_t>() <= last_step) kept.push_back(std::move(s));
-  }
-  return kept;
-}
-
 // A module's trainable parameters, and their names, in the reverse of the
 // order the model registers them (the forward's): about the order the last
 // backward finishes their gradients in, so buckets of them fill one by one.
@@ -178,7 +168,7 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
     const std::string checkpoint = *latest_complete_checkpoint(outputs.resume);  // the launcher checked it
     load_checkpoint(checkpoint_parts, checkpoint);
     first_step = read_manifest(checkpoint).step + 1;
-    if (leader) step_lines = steps_up_to(outputs.resume, first_step - 1);
+    if (leader) step_lines = steps_through(outputs.resume, first_step - 1);  // the launcher checked them
     if (leader) log_info("resuming from {} at step {}", checkpoint, first_step);
   }
 
