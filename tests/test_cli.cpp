@@ -231,6 +231,7 @@ TEST(Cli, PlanWritesItsFilesAndRefusesBadInput) {
   const std::pair<std::string, std::string> bad[] = {
       {"--devices 4 --profile " + dir + "/no_such_profile.json", "cannot read the profile"},
       {"--devices 4 --profile " + tiny, "not JSON"},
+      {"--devices 4 --profile " + dir, dir + ": a directory, not a profile file"},
       {"--devices 0 --profile " + h100, "--devices"},
       {"--devices 4 --profile " + h100 + " --objective throughput", "--objective"},
       {"--devices 4 --profile " + h100 + " --set llm.hiden=64", "llm.hiden"},
@@ -245,6 +246,8 @@ TEST(Cli, PlanWritesItsFilesAndRefusesBadInput) {
     std::tie(code, out) = run_command(plan + args + " --out " + dir + "_bad");
     EXPECT_EQ(code, 2) << args << "\n" << out;
     EXPECT_NE(out.find(says), std::string::npos) << args << "\n" << out;
+    // A refused plan leaves nothing behind, not even its folder.
+    EXPECT_FALSE(std::filesystem::exists(dir + "_bad")) << args;
   }
   std::tie(code, out) = run_command(hetpar_binary() + " plan " + dir + "/missing.toml --devices 4");
   EXPECT_EQ(code, 2) << out;

@@ -159,6 +159,9 @@ const std::vector<BadInput> kBadInputs = {
     {.name = "recompute_layers_without_recompute", .run = "[run]\nrecompute_layers = 2\n", .key = "run.recompute_layers", .reason = "needs run.recompute = \"full\", got \"none\""},
     {.name = "images_min_negative", .run = "[data]\nimages_min = -1\n", .key = "data.images_min", .reason = "must be >= 0, got -1"},
     {.name = "images_max_below_min", .run = "[data]\nimages_min = 3\nimages_max = 2\n", .key = "data.images_max", .reason = "must be >= data.images_min = 3, got 2"},
+    // A product that would overflow int64 (it wrapped negative and passed).
+    {.name = "images_max_overflowing", .run = "[data]\nimages_max = 4611686018427387904\n", .key = "llm.seq_len", .reason = "must be >= data.images_max * tokens per image + 2 = 73786976294838206466, got"},
+    {.name = "images_max_wrapping_negative", .run = "[data]\nimages_max = 576460752303423488\n", .key = "llm.seq_len", .reason = "must be >= data.images_max * tokens per image + 2"},
     {.name = "timeout_zero", .run = "[runtime]\ntimeout_s = 0\n", .key = "runtime.timeout_s", .reason = "must be a finite number > 0, got 0.0"},
     {.name = "timeout_infinite", .run = "[runtime]\ntimeout_s = inf\n", .key = "runtime.timeout_s", .reason = "got inf"},
     {.name = "device_unknown", .run = "[runtime]\ndevice = \"gpu\"\n", .key = "runtime.device", .reason = "must be one of auto, cpu, cuda, got \"gpu\""},

@@ -96,6 +96,30 @@ TEST(Profile, BadProfilesAreRefusedNamingTheProblem) {
   json not_a_flag = flat_profile(1e9, 2);
   not_a_flag["norm_backward_unfused"] = "yes";
   refused(not_a_flag, "p.json: \"norm_backward_unfused\" must be true or false");
+  // A field of the wrong type is named (not a JSON library's message naming nothing).
+  json causal_text = flat_profile(1e9, 2);
+  causal_text["attention"][0]["causal"] = "yes";
+  refused(causal_text, "p.json: attention entry: \"causal\" must be true or false, got \"yes\"");
+  json measured_text = flat_profile(1e9, 2);
+  measured_text["measured"] = "x";
+  refused(measured_text, "p.json: \"measured\" must be an object or array, got \"x\"");
+  json op_number = flat_profile(1e9, 2);
+  op_number["collectives"][0]["op"] = 7;
+  refused(op_number, "collective entry: \"op\" must be a string, got 7");
+  json one_rank = flat_profile(1e9, 2);
+  one_rank["collectives"][0]["group_size"] = 1;
+  refused(one_rank, "\"group_size\" must be 2 or more");
+  // Rates and times no device measures (a unit slip): an infinite op cost once deadlocked the pipeline replay.
+  refused(flat_profile(1e-300, 2), "\"flops_per_second\" must be at least 1000 a second");
+  json slow_link = flat_profile(1e9, 2);
+  slow_link["collectives"][0]["latency_seconds"] = 1e308;
+  refused(slow_link, "\"latency_seconds\" must be at most 3600 seconds");
+  try {
+    Profile::load(::testing::TempDir());
+    ADD_FAILURE() << "a directory was accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("a directory, not a profile file"), std::string::npos) << e.what();
+  }
   try {
     Profile::load("/nonexistent/profile.json");
     ADD_FAILURE() << "a missing file was accepted";

@@ -84,11 +84,6 @@ int run_plan(const PlanArgs& args) {
   if (const std::string why = output_dir_problem(out, plan_outputs()); !why.empty() && !earlier_unmarked_plan(out)) {
     die(kExitConfigError, "--out: " + why);
   }
-  try {
-    mark_output_dir(out, plan_outputs());
-  } catch (const std::exception& e) {
-    die(kExitConfigError, std::string("--out: ") + e.what());
-  }
   if (file_images) {
     log_info("{} images a sample on average{}, from the headers of {}; the memory model counts {} a sample{}",
              file_images->mean, file_images->most ? fmt::format(", the fullest {} (image_counts)", *file_images->most) : "",
@@ -105,6 +100,12 @@ int run_plan(const PlanArgs& args) {
     plan = plan_layouts(base, profile, options);
   } catch (const std::invalid_argument& e) {
     die(kExitConfigError, fmt::format("{}: {}", args.run_file, e.what()));
+  }
+  // Marked only once there is a plan to write: a refused search leaves nothing behind.
+  try {
+    mark_output_dir(out, plan_outputs());
+  } catch (const std::exception& e) {
+    die(kExitConfigError, std::string("--out: ") + e.what());
   }
   fmt::print("{}", plan_table(plan, args.profile));
   write_file_atomic(out + "/plan.json", plan_json(plan, base, args.profile, labels).dump(1) + "\n");

@@ -6,6 +6,8 @@
 #include <limits>
 #include <sstream>
 
+#include <fmt/format.h>
+
 #include "config/run_schema.hpp"
 #include "config/toml_document.hpp"
 #include "util/plain_name.hpp"
@@ -216,10 +218,11 @@ std::optional<ConfigProblem> consistency_problem(const RunConfig& c) {
                           num(c.data.images_max)};
   }
   // Each sample holds a BOS token, its image tokens and at least one text token.
-  const int64_t image_tokens = c.data.images_max * c.encoder.tokens_per_image();
-  if (image_tokens + 2 > c.llm.seq_len) {
-    return ConfigProblem{{"llm.seq_len", "data.images_max"}, "must be >= data.images_max * tokens per image + 2 = " + num(image_tokens + 2) +
-                          ", got " + num(c.llm.seq_len)};
+  // (Compared without forming the product, which a huge images_max would overflow.)
+  const int64_t per_image = c.encoder.tokens_per_image();
+  if (c.llm.seq_len < 2 || (per_image > 0 && c.data.images_max > (c.llm.seq_len - 2) / per_image)) {
+    const __int128 needed = static_cast<__int128>(c.data.images_max) * per_image + 2;  // exact
+    return ConfigProblem{{"llm.seq_len", "data.images_max"}, fmt::format("must be >= data.images_max * tokens per image + 2 = {}, got {}", needed, c.llm.seq_len)};
   }
   if (c.run.recompute_layers > 0 && !recomputes_layers(c)) {
     return ConfigProblem{{"run.recompute_layers", "run.recompute"}, "caps the layers that recompute, so it needs run.recompute = \"full\", got \"" +

@@ -1,6 +1,7 @@
 #include "parallel/colocated_pipeline_schedule.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <set>
 #include <stdexcept>
@@ -62,6 +63,10 @@ int stages_of(const StageCosts& costs) {
   if (costs.forward.empty() || costs.forward.size() != costs.backward.size()) {
     throw std::invalid_argument("stage costs: one forward and one backward cost per stage are needed");
   }
+  // An infinite cost would end at kNotYet: an op placed would look unplaced.
+  bool finite = std::isfinite(costs.encoder_forward) && std::isfinite(costs.encoder_backward);
+  for (size_t s = 0; s < costs.forward.size(); ++s) finite = finite && std::isfinite(costs.forward[s]) && std::isfinite(costs.backward[s]);
+  if (!finite) throw std::invalid_argument("stage costs: a stage's cost is not a finite number of seconds");
   return static_cast<int>(costs.forward.size());
 }
 

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
+#include <type_traits>
 #include <limits>
 #include <stdexcept>
 
@@ -43,6 +45,42 @@ double non_negative(const nlohmann::json& entry, const char* key, const std::str
   return number_at_least(entry, key, where, true);
 }
 
+// Rates and times within what any device measures, so that a figure in the
+// wrong unit (or an edited one) is named here rather than priced: a rate of
+// 1e-300 FLOP/s made an infinite op cost, which the pipeline replay took for
+// an op not yet placed.
+constexpr double kLeastRate = 1e3;        // FLOP/s or bytes/s
+constexpr double kMostSeconds = 3600;     // one op or message
+double rate(const nlohmann::json& entry, const char* key, const std::string& where) {
+  const double r = positive(entry, key, where);
+  if (r < kLeastRate) throw std::runtime_error(where + ": \"" + key + "\" must be at least 1000 a second, got " + std::to_string(r));
+  return r;
+}
+double seconds(const nlohmann::json& entry, const char* key, const std::string& where, bool zero_allowed) {
+  const double s = number_at_least(entry, key, where, zero_allowed);
+  if (s > kMostSeconds) throw std::runtime_error(where + ": \"" + key + "\" must be at most 3600 seconds, got " + std::to_string(s));
+  return s;
+}
+
+// An optional field of one JSON type: `fallback` when absent, an error naming it when of another type.
+template <typename T>
+T optional_field(const nlohmann::json& entry, const std::string& key, T fallback, const std::string& where) {
+  const auto it = entry.find(key);
+  if (it == entry.end()) return fallback;
+  const bool fits = std::is_same_v<T, bool>             ? it->is_boolean()
+                    : std::is_same_v<T, std::string>    ? it->is_string()
+                    : std::is_same_v<T, nlohmann::json> ? it->is_object() || it->is_array()
+                                                        : it->is_number();
+  if (!fits) {
+    const char* wanted = std::is_same_v<T, bool>             ? "true or false"
+                         : std::is_same_v<T, std::string>    ? "a string"
+                         : std::is_same_v<T, nlohmann::json> ? "an object or array"
+                                                             : "a number";
+    throw std::runtime_error(where + ": \"" + key + "\" must be " + wanted + ", got " + it->dump());
+  }
+  return it->template get<T>();
+}
+
 const nlohmann::json& section(const nlohmann::json& profile, const char* name, const std::string& origin) {
   const auto it = profile.find(name);
   if (it == profile.end() || !it->is_array() || it->empty()) {
@@ -54,12 +92,13 @@ const nlohmann::json& section(const nlohmann::json& profile, const char* name, c
 }  // namespace
 
 Profile Profile::from_json(const nlohmann::json& j, const std::string& origin) {
-  if (!j.is_object() || j.value("format", "") != "hetpar-profile/1") {
+  if (!j.is_object() || !j.contains("format") || j["format"] != "hetpar-profile/1") {
     throw std::runtime_error(origin + ": not a hetpar profile (format \"hetpar-profile/1\")");
   }
   Profile p;
-  p.measured_ = j.value("measured", nlohmann::json::object());
-  p.cores_ = std::max(1, p.measured_.value("cores", 1));
+  p.measured_ = optional_field(j, "measured", nlohmann::json::object(), origin);
+  if (!p.measured_.is_object()) throw std::runtime_error(origin + ": \"measured\" must be an object");
+  p.cores_ = std::max(1, static_cast<int>(optional_field(p.measured_, "cores", 1.0, origin + ": measured")));
   const auto optional_number = [&](const char* key, double fallback) {
     return j.contains(key) ? non_negative(j, key, origin) : fallback;
   };
@@ -67,7 +106,7 @@ Profile Profile::from_json(const nlohmann::json& j, const std::string& origin) {
   if (p.element_bytes_ != 2 && p.element_bytes_ != 4) {
     throw std::runtime_error(origin + ": \"element_bytes\" must be 2 (bf16) or 4 (fp32)");
   }
-  p.peak_flops_ = optional_number("peak_flops_per_second", 0);
+  p.peak_flops_ = j.contains("peak_flops_per_second") ? rate(j, "peak_flops_per_second", origin) : 0;
   p.gpus_per_node_ = static_cast<int>(optional_number("gpus_per_node", 0));
   if (p.gpus_per_node_ > 0) p.cores_ = 0;  // a device per rank: no cores shared
   const auto optional_flag = [&](const char* key) {
@@ -90,13 +129,13 @@ Profile Profile::from_json(const nlohmann::json& j, const std::string& origin) {
     if (!memory->is_object()) throw std::runtime_error(where + " must be an object");
     p.memory_bytes_ = positive(*memory, "bytes_per_device", where);
     p.reserved_bytes_ = memory->contains("reserved_bytes") ? non_negative(*memory, "reserved_bytes", where) : 0;
-    p.memory_shared_ = memory->value("shared_by_all_ranks", false);
+    p.memory_shared_ = optional_field(*memory, "shared_by_all_ranks", false, where);
   }
   for (const auto& e : section(j, "gemm", origin)) {
     const std::string where = origin + ": gemm entry";
-    const double forward = positive(e, "flops_per_second", where);
+    const double forward = rate(e, "flops_per_second", where);
     // Profiles from published figures state one rate: the backward's GEMMs then run at it too.
-    const double backward = e.contains("backward_flops_per_second") ? positive(e, "backward_flops_per_second", where)
+    const double backward = e.contains("backward_flops_per_second") ? rate(e, "backward_flops_per_second", where)
                                                                    : forward;
     p.gemm_.push_back({std::log(positive(e, "m", where)), std::log(positive(e, "n", where)),
                        std::log(positive(e, "k", where)), forward, backward});
@@ -105,29 +144,32 @@ Profile Profile::from_json(const nlohmann::json& j, const std::string& origin) {
     const std::string where = origin + ": attention entry";
     const double heads = positive(e, "heads", where);
     p.attention_.push_back({positive(e, "batch", where) * heads, positive(e, "seq", where),
-                            positive(e, "head_dim", where), e.value("causal", false),
-                            e.value("kv_heads", heads) != heads,
-                            positive(e, "forward_seconds", where), non_negative(e, "backward_seconds", where)});
+                            positive(e, "head_dim", where), optional_field(e, "causal", false, where),
+                            optional_field(e, "kv_heads", heads, where) != heads,
+                            seconds(e, "forward_seconds", where, false), seconds(e, "backward_seconds", where, true)});
   }
   for (const auto& e : section(j, "memory_bound", origin)) {
     const std::string where = origin + ": memory_bound entry";
-    p.memory_.push_back({e.value("op", ""), positive(e, "bytes", where), positive(e, "bytes_per_second", where)});
+    p.memory_.push_back({optional_field<std::string>(e, "op", "", where), positive(e, "bytes", where),
+                         rate(e, "bytes_per_second", where)});
   }
-  const nlohmann::json layers = j.value("layers", nlohmann::json::array());  // optional: published profiles have none
+  const nlohmann::json layers = optional_field(j, "layers", nlohmann::json::array(), origin);  // published profiles have none
   if (!layers.is_array()) throw std::runtime_error(origin + ": \"layers\" must be an array");
   for (const auto& e : layers) {
     const std::string where = origin + ": layers entry";
-    const std::string module = e.value("module", "");
+    const std::string module = optional_field<std::string>(e, "module", "", where);
     if (module != "llm" && module != "encoder") {
       throw std::runtime_error(where + ": \"module\" must be \"llm\" or \"encoder\", got \"" + module + "\"");
     }
     p.layers_.push_back({module, positive(e, "sequences", where), positive(e, "seq", where), positive(e, "hidden", where),
                          positive(e, "heads", where), positive(e, "kv_heads", where), positive(e, "mlp", where),
-                         positive(e, "forward_seconds", where), positive(e, "backward_seconds", where)});
+                         seconds(e, "forward_seconds", where, false), seconds(e, "backward_seconds", where, false)});
   }
   for (const auto& e : section(j, "collectives", origin)) {
     const std::string where = origin + ": collective entry";
-    Collective c{e.value("op", ""), e.value("scope", ""), e.value("group_size", 0), 0, 0, {}, 0, 0};
+    Collective c{optional_field<std::string>(e, "op", "", where), optional_field<std::string>(e, "scope", "", where),
+                 static_cast<int>(optional_field(e, "group_size", 0.0, where)), 0, 0, {}, 0, 0};
+    if (c.group_size < 2) throw std::runtime_error(where + " (" + c.op + "): \"group_size\" must be 2 or more");
     if (c.scope != "" && c.scope != "intra_node" && c.scope != "inter_node") {
       throw std::runtime_error(where + " (" + c.op + "): \"scope\" must be \"intra_node\" or \"inter_node\", got \"" +
                                c.scope + "\"");
@@ -136,11 +178,13 @@ Profile Profile::from_json(const nlohmann::json& j, const std::string& origin) {
     // measurement where the profile has one, else the back-to-back one.
     const std::string prefix = e.contains("in_context_points") ? "in_context_" : "";
     if (e.contains(prefix + "bytes_per_second")) {
-      c.latency = non_negative(e, (prefix + "latency_seconds").c_str(), where);
-      c.bytes_per_second = positive(e, (prefix + "bytes_per_second").c_str(), where);
+      c.latency = seconds(e, (prefix + "latency_seconds").c_str(), where, true);
+      c.bytes_per_second = rate(e, (prefix + "bytes_per_second").c_str(), where);
     }
-    for (const auto& point : e.value(prefix + "points", nlohmann::json::array())) {
-      c.points.emplace_back(positive(point, "bytes", where + " point"), non_negative(point, "seconds", where + " point"));
+    const nlohmann::json points = optional_field(e, prefix + "points", nlohmann::json::array(), where);
+    if (!points.is_array()) throw std::runtime_error(where + ": \"" + prefix + "points\" must be an array");
+    for (const auto& point : points) {
+      c.points.emplace_back(positive(point, "bytes", where + " point"), seconds(point, "seconds", where + " point", true));
     }
     if (e.contains("skew_per_compute_second")) {
       c.skew_per_compute_second = non_negative(e, "skew_per_compute_second", where);
@@ -155,6 +199,7 @@ Profile Profile::from_json(const nlohmann::json& j, const std::string& origin) {
 }
 
 Profile Profile::load(const std::string& path) {
+  if (std::filesystem::is_directory(path)) throw std::runtime_error(path + ": a directory, not a profile file");
   std::ifstream in(path);
   if (!in) throw std::runtime_error(path + ": cannot read the profile (write one with hetpar calibrate --out " + path + ")");
   nlohmann::json j;
