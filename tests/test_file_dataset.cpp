@@ -418,6 +418,32 @@ TEST(TrainingOnFiles, BadDataSettingsExitTwoBeforeAnyRankStarts) {
   EXPECT_NE(out.find("data.eval_files: is read only with run.eval_every > 0"), std::string::npos) << out;
 }
 
+// A step, or held-out set, whose every label is -100 has no loss to take the
+// mean of: an error naming the data, not a NaN loss read as a divergence
+// (exit 5) or printed as an evaluation (exit 0).
+TEST(TrainingOnFiles, AStepWithoutATargetTokenIsNamedNotADivergence) {
+  const RunConfig c = tiny_config(4);
+  const std::string masked = fresh_dir("masked");
+  std::vector<FileSample> samples;
+  for (int n = 0; n < 4; ++n) {
+    samples.push_back(numbered(n, n % 2, c));
+    std::fill(samples.back().labels.begin(), samples.back().labels.end(), -100);
+  }
+  write_batch_file(masked + "/a.safetensors", samples, c);
+  const std::string base = kHetpar + " train " + kTiny + " --set run.steps=1 --set data.global_batch_size=4 --out " +
+                           fresh_dir("masked_runs");
+  auto [code, out] = run_command(base + "/train --set data.files=" + masked);
+  EXPECT_EQ(code, 1) << out;
+  EXPECT_NE(out.find("step 1 of 4 samples in 1 batch files of " + masked), std::string::npos) << out;
+  EXPECT_NE(out.find("has no target token: every label of its 4 samples is -100"), std::string::npos) << out;
+  EXPECT_EQ(out.find("diverged"), std::string::npos) << out;
+  std::tie(code, out) = run_command(base + "/eval --set data.files=" + numbered_dataset("masked_train", c) +
+                                    " --set run.eval_every=1 --set data.eval_files=" + masked);
+  EXPECT_EQ(code, 1) << out;
+  EXPECT_NE(out.find("the evaluated batch of 4 samples in 1 batch files of " + masked + ", 1 steps an epoch"),
+            std::string::npos) << out;
+}
+
 // hetpar plan says what it plans for: the files' mean, and their fullest
 // sample where they count it, which the memory model then counts rather than
 // data.images_max (4 here).

@@ -1,6 +1,9 @@
 #include "data/batch_source.hpp"
 
 #include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <stdexcept>
 
 #include "util/host_to_device.hpp"
 
@@ -50,6 +53,17 @@ int64_t BatchSource::target_tokens(int64_t step) const {
     for (int64_t t : text(step, s).targets) n += t >= 0;
   }
   return n;
+}
+
+double BatchSource::loss_divisor(int64_t first, int64_t last, const std::string& what) const {
+  int64_t n = 0;
+  for (int64_t b = first; b <= last; ++b) n += target_tokens(b);
+  if (n == 0) {
+    throw std::runtime_error(fmt::format("{} of {} has no target token: every label of its {} samples is -100 (no "
+                                         "loss to take the mean of); give each batch a sample with a response",
+                                         what, description(), (last - first + 1) * global_batch_size_));
+  }
+  return static_cast<double>(n);
 }
 
 }  // namespace hetpar

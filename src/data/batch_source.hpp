@@ -54,6 +54,11 @@ class BatchSource {
   MicroBatch micro_batch(int64_t step, int64_t first, int64_t count, bool with_pixels = true) const;
   // Target tokens in the whole global batch of a step: the loss divisor.
   int64_t target_tokens(int64_t step) const;
+  // The same, as the divisor of a training step or of held-out batches
+  // 1..`batches` (`what` names them in the error): with no target token the
+  // loss would be 0/0, a NaN read as a divergence, so it is an error naming
+  // the data instead.
+  double loss_divisor(int64_t first, int64_t last, const std::string& what) const;
   // Images in the whole global batch of a step (for its FLOPs).
   int64_t images_in_step(int64_t step) const;
 

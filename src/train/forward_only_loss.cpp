@@ -1,6 +1,7 @@
 #include "train/forward_only_loss.hpp"
 
 #include <ATen/ATen.h>
+#include <fmt/format.h>
 
 #include "metrics/phase_timer.hpp"
 #include "train/step_schedule.hpp"
@@ -10,8 +11,8 @@ namespace hetpar {
 ForwardOnlyLoss forward_only_loss(MultimodalModel& model, const BatchSource& data, const RunConfig& config,
                                   JobGroups& groups, Group& world, int64_t batches) {
   // One divisor for all of them: each batch's share sums to the mean over every target token.
-  int64_t target_tokens = 0;
-  for (int64_t b = 1; b <= batches; ++b) target_tokens += data.target_tokens(b);
+  const auto target_tokens = static_cast<int64_t>(
+      data.loss_divisor(1, batches, batches == 1 ? std::string("the evaluated batch") : fmt::format("the {} evaluated batches", batches)));
   PhaseTimer timer(model.options(at::kFloat).device());  // its phases are not the training step's
   at::Tensor loss;
   for (int64_t b = 1; b <= batches; ++b) {

@@ -216,7 +216,7 @@ int run_train_job(const RunConfig& config, const LaunchEnv& env, const TrainOutp
     const double lr = learning_rate(config.optim, step, config.run.steps);
     optimizer.set_lr(lr);
     drop_gradients(params);
-    const double target_tokens = static_cast<double>(data.target_tokens(step));
+    const double target_tokens = data.loss_divisor(step, step, fmt::format("step {}", step));
     for (GradReducer* r : {reductions.encoder, reductions.llm}) {
       if (r != nullptr) r->begin_step();
     }
