@@ -131,6 +131,31 @@ TEST(DurableFile, AWriteCutShortLeavesOnlyCompleteRecords) {
   EXPECT_EQ(text_of(summary), "old\n");
 }
 
+// The PID of a process that has ended (and been reaped): a killed writer's.
+std::string ended_pid() {
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  waitpid(child, nullptr, 0);
+  return std::to_string(child);
+}
+
+// What a killed write left (NAME.tmp.PID of a writer gone) goes; a live
+// writer's temporary, a link and a user's file that only looks alike stay.
+TEST(DurableFile, StaleTemporariesOfEndedWritersAreRemoved) {
+  Scratch dir;
+  const std::string dead = dir / ("model.safetensors.tmp." + ended_pid()), live = dir / ("config.json.tmp." + std::to_string(getpid()));
+  write_text(dead, "half");
+  write_text(live, "being written");
+  write_text(dir / "notes.tmp.txt", "mine");
+  write_text(dir / "outside", "keep");
+  fs::create_symlink(dir / "outside", dir / ("link.tmp." + ended_pid()));
+  EXPECT_EQ(remove_stale_temporaries(dir / ""), std::vector<std::string>{dead});
+  EXPECT_FALSE(fs::exists(dead));
+  for (const char* kept : {"notes.tmp.txt", "outside"}) EXPECT_TRUE(fs::exists(dir / kept)) << kept;
+  EXPECT_TRUE(fs::exists(live));
+  EXPECT_EQ(remove_stale_temporaries(dir / "no_such_dir"), std::vector<std::string>{});
+}
+
 TEST(DurableFile, UnusableOutputDirectoriesAreRefused) {
   Scratch dir;
   EXPECT_NO_THROW(ensure_writable_dir(dir / "a/b/c"));
@@ -224,11 +249,16 @@ TEST(RunDir, AFreshRunNeverReplacesACompleteCheckpoint) {
     EXPECT_NE(std::string(e.what()).find("/checkpoints, which hetpar train would replace"), std::string::npos)
         << e.what();
   }
+  // A killed run's temporaries, beside its outputs and in a checkpoint it was writing.
+  const std::string half_rank = step + "/rank_00000.safetensors.tmp." + ended_pid();
+  write_text(half_rank, "half");
+  write_text(run + "/steps.jsonl.tmp." + ended_pid(), "half");
   {
     const RunDirClaim resumed(run, true);  // marked now; cleared, the stale summary goes, the rest stays
     EXPECT_TRUE(fs::exists(run + "/summary.json"));
     resumed.clear_earlier_outputs();
   }
+  EXPECT_FALSE(fs::exists(half_rank));
   EXPECT_EQ(names_in(run), (std::vector<std::string>{".hetpar-run", "checkpoints", "steps.jsonl"}));
   try {
     RunDirClaim fresh(run, false);

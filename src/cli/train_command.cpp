@@ -87,6 +87,7 @@ int run_train(const TrainArgs& args) {
     if (!outputs.save_hf.empty()) {
       try {
         mark_output_dir(outputs.save_hf, hf_export_outputs());
+        remove_stale_temporaries(outputs.save_hf);  // an export killed mid-write left them
       } catch (const FileError& e) {
         throw ConfigError("command line", "--save-hf", e.what());
       }

@@ -45,6 +45,12 @@ RunDirClaim::RunDirClaim(const std::string& dir, bool resuming_here) : dir_(dir)
 }
 
 void RunDirClaim::clear_earlier_outputs() const {
+  // What killed writes left: beside the outputs, and in checkpoints a resume goes on writing beside.
+  remove_stale_temporaries(dir_);
+  std::error_code ec;
+  for (const fs::directory_entry& step : fs::directory_iterator(checkpoints_root(dir_), ec)) {
+    if (step.is_directory(ec) && !step.is_symlink(ec)) remove_stale_temporaries(step.path().string());
+  }
   if (resuming_here_) {
     remove_entry((fs::path(dir_) / "summary.json").string());
     return;

@@ -1,12 +1,15 @@
 #include "util/durable_file.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <regex>
 
 namespace hetpar {
 namespace {
@@ -54,6 +57,21 @@ void write_file_atomic(const std::string& path, const std::string& content) {
     fail("write", path, error);
   }
   sync_directory_of(path);
+}
+
+std::vector<std::string> remove_stale_temporaries(const std::string& dir) {
+  static const std::regex temporary(R"(.+\.tmp\.([0-9]+))");
+  std::vector<std::string> removed;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    std::smatch m;
+    const std::string name = e.path().filename().string();
+    if (!e.is_regular_file(ec) || e.is_symlink(ec) || !std::regex_match(name, m, temporary)) continue;
+    const long pid = std::strtol(m[1].str().c_str(), nullptr, 10);
+    if (pid <= 0 || ::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to judge
+    if (fs::remove(e.path(), ec)) removed.push_back(e.path().string());
+  }
+  return removed;
 }
 
 void ensure_writable_dir(const std::string& dir) {

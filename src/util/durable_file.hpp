@@ -13,6 +13,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace hetpar {
 
@@ -23,6 +24,11 @@ class FileError : public std::runtime_error {
 };
 
 void write_file_atomic(const std::string& path, const std::string& content);
+
+// The temporaries (`NAME.tmp.PID`) in `dir` of writers no longer running on
+// this machine: what a killed write left. Removed, they are listed; a live
+// writer's are never touched. Nothing else in `dir` is looked at.
+std::vector<std::string> remove_stale_temporaries(const std::string& dir);
 
 // Creates `dir` (and its parents) if needed and checks that a file can be
 // created in it, so an unusable output path fails before any work starts.
