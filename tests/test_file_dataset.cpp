@@ -197,6 +197,53 @@ TEST(FileDataset, BadDirectoriesAndFilesAreNamed) {
   expect_error([&] { with_extra.image(1, 0, 0, 0); }, "16 image placeholders (token 2) but 2 images of 16 tokens");
 }
 
+// A safetensors file with a header written by hand (`header` as JSON) and `data_bytes` zero bytes after it.
+void write_raw_safetensors(const std::string& path, const nlohmann::json& header, size_t data_bytes) {
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  const uint64_t length = text.size();
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(&length), sizeof length);
+  out << text << std::string(data_bytes, '\0');
+}
+
+// input_ids and labels of shape `shape` (int64) at `offsets`, and no image.
+nlohmann::json batch_header(const nlohmann::json& shape, const nlohmann::json& offsets) {
+  return {{"input_ids", {{"dtype", "I64"}, {"shape", shape}, {"data_offsets", offsets}}},
+          {"labels", {{"dtype", "I64"}, {"shape", shape}, {"data_offsets", offsets}}},
+          {"pixel_values", {{"dtype", "F32"}, {"shape", {0, 3, 32, 32}}, {"data_offsets", {0, 0}}}}};
+}
+
+// A header whose shape is negative, or whose byte count wraps around to the
+// offsets', or whose offsets lie past the file's end, is refused by name: it
+// would count negative samples (dropping others) or crash a rank.
+TEST(FileDataset, HeadersWhoseShapesOrOffsetsDoNotFitTheFileAreRefused) {
+  const RunConfig c = tiny_config(4);
+  const std::string dir = fresh_dir("bad_headers");
+  const std::string negative = dir + "/negative.safetensors", wraps = dir + "/wraps.safetensors",
+                    past_end = dir + "/past_end.safetensors";
+  write_raw_safetensors(negative, batch_header({-4, -64}, {0, 2048}), 2048);
+  write_raw_safetensors(wraps, batch_header({int64_t{1} << 62, 4}, {0, 0}), 0);
+  write_raw_safetensors(past_end, batch_header({4, 64}, {0, 2048}), 1024);
+  expect_error([&] { read_safetensors_header(negative); },
+               "negative.safetensors: tensor input_ids has shape [-4, -64]: a dimension is negative");
+  expect_error([&] { read_safetensors_header(wraps); },
+               "wraps.safetensors: tensor input_ids has shape [4611686018427387904, 4]: more bytes than a file can hold");
+  expect_error([&] { read_safetensors_header(past_end); },
+               "past_end.safetensors: tensor input_ids has data_offsets [0,2048], past the end of the file's 1024 data bytes");
+  write_raw_safetensors(past_end, batch_header({4, 64}, {0, 1024}), 2048);
+  expect_error([&] { read_safetensors_header(past_end); },
+               "tensor input_ids has data_offsets [0,1024], but its shape [4, 64] of Long takes 2048 bytes");
+  // Beside a good file, as data.files: refused before any rank starts, naming the file.
+  const std::string files = numbered_dataset("bad_headers_files", c);
+  std::filesystem::copy_file(negative, files + "/d.safetensors");
+  const auto [code, out] = run_command(kHetpar + " train " + kTiny + " --set run.steps=1 --set data.files=" + files +
+                                       " --out " + dir + "/run");
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("data.files: " + files + "/d.safetensors: tensor input_ids has shape [-4, -64]"), std::string::npos) << out;
+  EXPECT_EQ(out.find("launching"), std::string::npos) << out;
+}
+
 // check_data_files refuses `c`, naming data.files and saying `what`.
 void expect_refused_files(const RunConfig& c, const std::string& what) {
   try {

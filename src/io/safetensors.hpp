@@ -27,8 +27,9 @@ struct SafetensorsHeader {
 };
 
 // A file's header alone (a rank that needs a few tensors of a large file reads
-// only those); throws std::runtime_error naming the file and what is wrong
-// (missing, bad header, unsupported dtype, offsets that do not fit the shape).
+// only those); throws std::runtime_error naming the file, the tensor and what
+// is wrong (missing, bad header, unsupported dtype, a negative or overflowing
+// shape, offsets that do not fit the shape or lie past the end of the file).
 SafetensorsHeader read_safetensors_header(const std::string& path);
 
 // Tensor `name`'s entry in the header of file `path`; throws
