@@ -9,10 +9,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <set>
+#include <tuple>
 
 #include "config/config_error.hpp"
 #include "data/data_sources.hpp"
@@ -242,6 +245,57 @@ TEST(FileDataset, HeadersWhoseShapesOrOffsetsDoNotFitTheFileAreRefused) {
   EXPECT_EQ(code, 2) << out;
   EXPECT_NE(out.find("data.files: " + files + "/d.safetensors: tensor input_ids has shape [-4, -64]"), std::string::npos) << out;
   EXPECT_EQ(out.find("launching"), std::string::npos) << out;
+}
+
+// A file of two samples of one image each, its tensor `name` then replaced by `edit` of it.
+std::string edited_batch_file(const std::string& tag, const RunConfig& c, const std::string& name,
+                              const std::function<at::Tensor(at::Tensor)>& edit) {
+  const std::string dir = fresh_dir(tag);
+  write_batch_file(dir + "/a.safetensors", {numbered(0, 1, c), numbered(1, 1, c)}, c);
+  auto tensors = read_safetensors(dir + "/a.safetensors");
+  tensors[name] = edit(tensors.at(name));
+  write_safetensors(dir + "/a.safetensors", {tensors.begin(), tensors.end()});
+  return dir;
+}
+
+// One file (eval --batch FILE) and a directory (data.files, eval --batch DIR)
+// check the tensors' types alike, read as int64 and float32: float ids would
+// be truncated, integer pixels taken as floats. Pixels of any float type.
+TEST(FileDataset, AFileAndADirectoryRefuseTheSameTypesAndTakeFloat64Pixels) {
+  const RunConfig c = tiny_config(2);
+  for (const auto& [tag, name, edit, what] : {
+           std::tuple<std::string, std::string, std::function<at::Tensor(at::Tensor)>, std::string>{
+               "float_ids", "input_ids", [](const at::Tensor& t) { return t.to(at::kFloat) + 0.9; },
+               "a.safetensors: input_ids must hold integers (int64 or int32), not Float"},
+           {"int_pixels", "pixel_values", [](const at::Tensor& t) { return t.to(at::kInt); },
+            "a.safetensors: pixel_values must hold floats, not Int"}}) {
+    const std::string dir = edited_batch_file(tag, c, name, edit);
+    expect_error([&] { FileBatch(dir + "/a.safetensors", c, at::kCPU); }, what);
+    expect_error([&] { FileDataset(dir, c, at::kCPU, false, 1); }, what);
+  }
+  const std::string f64 = edited_batch_file("f64_pixels", c, "pixel_values", [](const at::Tensor& t) { return t.to(at::kDouble); });
+  const at::Tensor image = numbered(1, 1, c).images[0];
+  EXPECT_TRUE(FileBatch(f64 + "/a.safetensors", c, at::kCPU).image(1, 1, 0, 0).equal(image));
+  EXPECT_TRUE(FileDataset(f64, c, at::kCPU, false, 1).image(1, 1, 0, 0).equal(image));
+}
+
+// A NaN or infinite pixel (1e300 in float64 is infinite as float32) is named
+// by file and image: one file's whole at its check, a directory's image when
+// a rank reads it (the start reads only headers).
+TEST(FileDataset, NonFinitePixelsAreNamed) {
+  const RunConfig c = tiny_config(2);
+  for (const double bad : {std::nan(""), 1e300}) {
+    const std::string dir = edited_batch_file("non_finite", c, "pixel_values", [&](const at::Tensor& t) {
+      at::Tensor out = t.to(at::kDouble);
+      out[1][2][3][4] = bad;
+      return out;
+    });
+    const std::string what = "a.safetensors: pixel_values image 1 holds a NaN or infinite value (as float32)";
+    expect_error([&] { FileBatch(dir + "/a.safetensors", c, at::kCPU); }, what);
+    const FileDataset files(dir, c, at::kCPU, false, 1);
+    EXPECT_TRUE(files.image(1, 0, 0, 0).isfinite().all().item<bool>());
+    expect_error([&] { files.image(1, 1, 0, 0); }, what);
+  }
 }
 
 // check_data_files refuses `c`, naming data.files and saying `what`.

@@ -22,7 +22,7 @@ namespace {
 
 const std::vector<std::pair<std::string, at::ScalarType>>& dtypes() {
   static const std::vector<std::pair<std::string, at::ScalarType>> table = {
-      {"F32", at::kFloat}, {"BF16", at::kBFloat16}, {"F16", at::kHalf},
+      {"F32", at::kFloat}, {"BF16", at::kBFloat16}, {"F16", at::kHalf}, {"F64", at::kDouble},
       {"I64", at::kLong},  {"I32", at::kInt},       {"BOOL", at::kBool}, {"U8", at::kByte}};
   return table;
 }

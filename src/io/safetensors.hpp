@@ -12,7 +12,7 @@
 
 namespace hetpar {
 
-// Writes CPU tensors (float32, bfloat16, float16, int64, int32, bool), in the order given.
+// Writes CPU tensors (float32, bfloat16, float16, float64, int64, int32, bool, uint8), in the order given.
 void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors);
 
 // One tensor's entry in a file's header: where its bytes lie.

@@ -216,6 +216,9 @@ def set_at(position, value):
     ({"input_ids": set_at((0, 8), 7)}, "sample 0: the image placeholders (token 2) at positions 7 and 9 break a run of 16"),
     ({"input_ids": set_at((0, 40), 2)}, "sample 0 holds 17 image placeholders (token 2), not a whole number of images"),
     ({"pixel_values": lambda t: t[:2].contiguous()}, "48 image placeholders (token 2) but 2 images of 16 tokens"),
+    ({"input_ids": lambda t: t.float() + 0.9}, "input_ids must hold integers (int64 or int32), not Float"),
+    ({"pixel_values": lambda t: t.int()}, "pixel_values must hold floats, not Int"),
+    ({"pixel_values": set_at((2, 0, 1, 1), float("inf"))}, "pixel_values image 2 holds a NaN or infinite value"),
 ])
 def test_a_batch_the_model_cannot_score_exits_two_before_any_rank_starts(model_dir, batch, tmp_path, changes, message):
     done = hetpar("eval", RUN, "--init-hf", str(model_dir), "--batch", str(broken_batch(batch, tmp_path, **changes)))
