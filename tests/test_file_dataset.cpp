@@ -9,10 +9,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <set>
+#include <tuple>
 
 #include "config/config_error.hpp"
 #include "data/data_sources.hpp"
@@ -195,6 +198,104 @@ TEST(FileDataset, BadDirectoriesAndFilesAreNamed) {
   write_batch_file(extra + "/a.safetensors", {more}, c);
   const FileDataset with_extra(extra, c, at::kCPU, false, 1);
   expect_error([&] { with_extra.image(1, 0, 0, 0); }, "16 image placeholders (token 2) but 2 images of 16 tokens");
+}
+
+// A safetensors file with a header written by hand (`header` as JSON) and `data_bytes` zero bytes after it.
+void write_raw_safetensors(const std::string& path, const nlohmann::json& header, size_t data_bytes) {
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  const uint64_t length = text.size();
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(&length), sizeof length);
+  out << text << std::string(data_bytes, '\0');
+}
+
+// input_ids and labels of shape `shape` (int64) at `offsets`, and no image.
+nlohmann::json batch_header(const nlohmann::json& shape, const nlohmann::json& offsets) {
+  return {{"input_ids", {{"dtype", "I64"}, {"shape", shape}, {"data_offsets", offsets}}},
+          {"labels", {{"dtype", "I64"}, {"shape", shape}, {"data_offsets", offsets}}},
+          {"pixel_values", {{"dtype", "F32"}, {"shape", {0, 3, 32, 32}}, {"data_offsets", {0, 0}}}}};
+}
+
+// A header whose shape is negative, or whose byte count wraps around to the
+// offsets', or whose offsets lie past the file's end, is refused by name: it
+// would count negative samples (dropping others) or crash a rank.
+TEST(FileDataset, HeadersWhoseShapesOrOffsetsDoNotFitTheFileAreRefused) {
+  const RunConfig c = tiny_config(4);
+  const std::string dir = fresh_dir("bad_headers");
+  const std::string negative = dir + "/negative.safetensors", wraps = dir + "/wraps.safetensors",
+                    past_end = dir + "/past_end.safetensors";
+  write_raw_safetensors(negative, batch_header({-4, -64}, {0, 2048}), 2048);
+  write_raw_safetensors(wraps, batch_header({int64_t{1} << 62, 4}, {0, 0}), 0);
+  write_raw_safetensors(past_end, batch_header({4, 64}, {0, 2048}), 1024);
+  expect_error([&] { read_safetensors_header(negative); },
+               "negative.safetensors: tensor input_ids has shape [-4, -64]: a dimension is negative");
+  expect_error([&] { read_safetensors_header(wraps); },
+               "wraps.safetensors: tensor input_ids has shape [4611686018427387904, 4]: more bytes than a file can hold");
+  expect_error([&] { read_safetensors_header(past_end); },
+               "past_end.safetensors: tensor input_ids has data_offsets [0,2048], past the end of the file's 1024 data bytes");
+  write_raw_safetensors(past_end, batch_header({4, 64}, {0, 1024}), 2048);
+  expect_error([&] { read_safetensors_header(past_end); },
+               "tensor input_ids has data_offsets [0,1024], but its shape [4, 64] of Long takes 2048 bytes");
+  // Beside a good file, as data.files: refused before any rank starts, naming the file.
+  const std::string files = numbered_dataset("bad_headers_files", c);
+  std::filesystem::copy_file(negative, files + "/d.safetensors");
+  const auto [code, out] = run_command(kHetpar + " train " + kTiny + " --set run.steps=1 --set data.files=" + files +
+                                       " --out " + dir + "/run");
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("data.files: " + files + "/d.safetensors: tensor input_ids has shape [-4, -64]"), std::string::npos) << out;
+  EXPECT_EQ(out.find("launching"), std::string::npos) << out;
+}
+
+// A file of two samples of one image each, its tensor `name` then replaced by `edit` of it.
+std::string edited_batch_file(const std::string& tag, const RunConfig& c, const std::string& name,
+                              const std::function<at::Tensor(at::Tensor)>& edit) {
+  const std::string dir = fresh_dir(tag);
+  write_batch_file(dir + "/a.safetensors", {numbered(0, 1, c), numbered(1, 1, c)}, c);
+  auto tensors = read_safetensors(dir + "/a.safetensors");
+  tensors[name] = edit(tensors.at(name));
+  write_safetensors(dir + "/a.safetensors", {tensors.begin(), tensors.end()});
+  return dir;
+}
+
+// One file (eval --batch FILE) and a directory (data.files, eval --batch DIR)
+// check the tensors' types alike, read as int64 and float32: float ids would
+// be truncated, integer pixels taken as floats. Pixels of any float type.
+TEST(FileDataset, AFileAndADirectoryRefuseTheSameTypesAndTakeFloat64Pixels) {
+  const RunConfig c = tiny_config(2);
+  for (const auto& [tag, name, edit, what] : {
+           std::tuple<std::string, std::string, std::function<at::Tensor(at::Tensor)>, std::string>{
+               "float_ids", "input_ids", [](const at::Tensor& t) { return t.to(at::kFloat) + 0.9; },
+               "a.safetensors: input_ids must hold integers (int64 or int32), not Float"},
+           {"int_pixels", "pixel_values", [](const at::Tensor& t) { return t.to(at::kInt); },
+            "a.safetensors: pixel_values must hold floats, not Int"}}) {
+    const std::string dir = edited_batch_file(tag, c, name, edit);
+    expect_error([&] { FileBatch(dir + "/a.safetensors", c, at::kCPU); }, what);
+    expect_error([&] { FileDataset(dir, c, at::kCPU, false, 1); }, what);
+  }
+  const std::string f64 = edited_batch_file("f64_pixels", c, "pixel_values", [](const at::Tensor& t) { return t.to(at::kDouble); });
+  const at::Tensor image = numbered(1, 1, c).images[0];
+  EXPECT_TRUE(FileBatch(f64 + "/a.safetensors", c, at::kCPU).image(1, 1, 0, 0).equal(image));
+  EXPECT_TRUE(FileDataset(f64, c, at::kCPU, false, 1).image(1, 1, 0, 0).equal(image));
+}
+
+// A NaN or infinite pixel (1e300 in float64 is infinite as float32) is named
+// by file and image: one file's whole at its check, a directory's image when
+// a rank reads it (the start reads only headers).
+TEST(FileDataset, NonFinitePixelsAreNamed) {
+  const RunConfig c = tiny_config(2);
+  for (const double bad : {std::nan(""), 1e300}) {
+    const std::string dir = edited_batch_file("non_finite", c, "pixel_values", [&](const at::Tensor& t) {
+      at::Tensor out = t.to(at::kDouble);
+      out[1][2][3][4] = bad;
+      return out;
+    });
+    const std::string what = "a.safetensors: pixel_values image 1 holds a NaN or infinite value (as float32)";
+    expect_error([&] { FileBatch(dir + "/a.safetensors", c, at::kCPU); }, what);
+    const FileDataset files(dir, c, at::kCPU, false, 1);
+    EXPECT_TRUE(files.image(1, 0, 0, 0).isfinite().all().item<bool>());
+    expect_error([&] { files.image(1, 1, 0, 0); }, what);
+  }
 }
 
 // check_data_files refuses `c`, naming data.files and saying `what`.

@@ -57,8 +57,24 @@ SampleText sample_from_rows(const int64_t* ids, const int64_t* labels, int64_t l
   return t;
 }
 
-void check_batch_shapes(const std::vector<int64_t>& ids, const std::vector<int64_t>& labels,
-                        const std::vector<int64_t>& pixels, const RunConfig& c, const std::string& path) {
+void check_batch_header(const SafetensorsHeader& header, const RunConfig& c, const std::string& path) {
+  const SafetensorsEntry& ids_entry = safetensors_entry(header, path, "input_ids");
+  const SafetensorsEntry& pixels_entry = safetensors_entry(header, path, "pixel_values");
+  const std::vector<int64_t>& ids = ids_entry.shape;
+  const std::vector<int64_t>& pixels = pixels_entry.shape;
+  const std::vector<int64_t>& labels = safetensors_entry(header, path, "labels").shape;
+  // Converted to int64 and float32 when read: float ids would be truncated.
+  for (const char* name : {"input_ids", "labels"}) {
+    const at::ScalarType type = safetensors_entry(header, path, name).dtype;
+    if (type != at::kLong && type != at::kInt) {
+      throw std::runtime_error(fmt::format("{}: {} must hold integers (int64 or int32), not {}", path, name,
+                                           c10::toString(type)));
+    }
+  }
+  if (!at::isFloatingType(pixels_entry.dtype)) {
+    throw std::runtime_error(fmt::format("{}: pixel_values must hold floats, not {}", path,
+                                         c10::toString(pixels_entry.dtype)));
+  }
   if (ids.size() != 2 || labels != ids) {
     throw std::runtime_error(path + ": input_ids and labels must both be [batch, sequence]");
   }
@@ -71,6 +87,14 @@ void check_batch_shapes(const std::vector<int64_t>& ids, const std::vector<int64
     throw std::runtime_error(fmt::format("{}: pixel_values has shape [{}], expected [images, {}]", path,
                                          fmt::join(pixels, ", "), fmt::join(image_shape, ", ")));
   }
+}
+
+void check_finite_pixels(const at::Tensor& pixels, int64_t first, const std::string& path) {
+  const at::Tensor finite = at::isfinite(pixels).flatten(1).all(1);
+  if (finite.all().item<bool>()) return;
+  const int64_t image = first + finite.logical_not().nonzero()[0].item<int64_t>();
+  throw std::runtime_error(fmt::format("{}: pixel_values image {} holds a NaN or infinite value (as float32)", path,
+                                       image));
 }
 
 std::vector<int64_t> checked_image_counts(const at::Tensor& counts, int64_t samples, int64_t images,

@@ -14,6 +14,7 @@
 
 #include "config/run_config.hpp"
 #include "data/batch_source.hpp"
+#include "io/safetensors.hpp"
 
 namespace hetpar {
 
@@ -22,11 +23,15 @@ namespace hetpar {
 SampleText sample_from_rows(const int64_t* ids, const int64_t* labels, int64_t length, const RunConfig& config,
                             const std::string& where);
 
-// input_ids and labels [batch, sequence] of at most llm.seq_len tokens, and
-// pixel_values' shape [images, C, H, W] as the encoder takes them (pixel_values'
-// shape given: a large file's header says it); throws naming `path`.
-void check_batch_shapes(const std::vector<int64_t>& ids, const std::vector<int64_t>& labels,
-                        const std::vector<int64_t>& pixels, const RunConfig& config, const std::string& path);
+// A batch file's header, for a single file and a directory of them alike:
+// input_ids and labels integers [batch, sequence] of at most llm.seq_len
+// tokens, pixel_values floats [images, C, H, W] as the encoder takes them;
+// throws naming `path` and the tensor.
+void check_batch_header(const SafetensorsHeader& header, const RunConfig& config, const std::string& path);
+
+// pixel_values rows (images `first` on of file `path`, as float32) hold no
+// NaN or infinity; throws naming the file and the image.
+void check_finite_pixels(const at::Tensor& pixels, int64_t first, const std::string& path);
 
 // A file's `image_counts` as numbers, checked: one count a sample of `samples`,
 // none negative, adding up to `images` (pixel_values' rows); throws naming `path`.

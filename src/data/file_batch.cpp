@@ -9,15 +9,6 @@
 #include "io/safetensors.hpp"
 
 namespace hetpar {
-namespace {
-
-at::Tensor tensor_of(const std::map<std::string, at::Tensor>& tensors, const std::string& path, const char* name) {
-  const auto it = tensors.find(name);
-  if (it == tensors.end()) throw std::runtime_error(path + ": no tensor " + name);
-  return it->second;
-}
-
-}  // namespace
 
 std::pair<int64_t, int64_t> batch_file_shape(const std::string& path) {
   // The header says it: the images need not be read.
@@ -29,11 +20,15 @@ std::pair<int64_t, int64_t> batch_file_shape(const std::string& path) {
 
 FileBatch::FileBatch(const std::string& path, const RunConfig& c, const at::Device& device)
     : BatchSource(c.encoder, c.llm, 0, device) {
-  const auto tensors = read_safetensors(path);
-  const at::Tensor ids = tensor_of(tensors, path, "input_ids").to(at::kLong).contiguous();
-  const at::Tensor labels = tensor_of(tensors, path, "labels").to(at::kLong).contiguous();
-  pixels_ = tensor_of(tensors, path, "pixel_values").to(at::kFloat);
-  check_batch_shapes(ids.sizes().vec(), labels.sizes().vec(), pixels_.sizes().vec(), c, path);
+  const SafetensorsHeader header = read_safetensors_header(path);
+  check_batch_header(header, c, path);
+  std::vector<std::string> names{"input_ids", "labels", "pixel_values"};
+  if (header.entries.count("image_counts") > 0) names.emplace_back("image_counts");
+  const auto tensors = read_safetensors(path, header, names);
+  const at::Tensor ids = tensors.at("input_ids").to(at::kLong).contiguous();
+  const at::Tensor labels = tensors.at("labels").to(at::kLong).contiguous();
+  pixels_ = tensors.at("pixel_values").to(at::kFloat);
+  check_finite_pixels(pixels_, 0, path);
   const int64_t length = ids.size(1);
   const auto counts = tensors.find("image_counts");
   const std::vector<int64_t> declared =

@@ -31,19 +31,9 @@ FileDataset::FileDataset(const std::string& dir, const RunConfig& config, const 
       shuffle_(shuffle), seed_(seed), cap_(cap) {
   for (const std::string& path : batch_files(dir)) {
     Shard shard{path, read_safetensors_header(path)};
+    check_batch_header(shard.header, config, path);
     const SafetensorsEntry& ids = safetensors_entry(shard.header, path, "input_ids");
     const SafetensorsEntry& pixels = safetensors_entry(shard.header, path, "pixel_values");
-    check_batch_shapes(ids.shape, safetensors_entry(shard.header, path, "labels").shape, pixels.shape, config, path);
-    for (const char* name : {"input_ids", "labels"}) {
-      const at::ScalarType type = safetensors_entry(shard.header, path, name).dtype;
-      if (type != at::kLong && type != at::kInt) {
-        throw std::runtime_error(fmt::format("{}: {} must hold integers (int64 or int32), not {}", path, name,
-                                             c10::toString(type)));
-      }
-    }
-    if (!at::isFloatingType(pixels.dtype)) {
-      throw std::runtime_error(fmt::format("{}: pixel_values must hold floats, not {}", path, c10::toString(pixels.dtype)));
-    }
     shard.first = samples_;
     shard.samples = ids.shape[0];
     if (shard.header.entries.count("image_counts") > 0) index_images(shard, pixels.shape[0]);
@@ -154,7 +144,11 @@ SampleText FileDataset::text(int64_t step, int64_t sample) const {
 at::Tensor FileDataset::image(int64_t step, int64_t sample, int index, int /*image_class*/) const {
   const Place at = place(step, sample);
   const int64_t first = first_images(*at.shard)[static_cast<size_t>(at.row)];
-  return read_safetensors_rows(at.shard->path, at.shard->header, "pixel_values", first + index, 1)[0].to(at::kFloat);
+  const at::Tensor pixels =
+      read_safetensors_rows(at.shard->path, at.shard->header, "pixel_values", first + index, 1).to(at::kFloat);
+  // Only a rank reads the pixels (the start checks headers): a NaN is named here, not left to the loss.
+  check_finite_pixels(pixels, first + index, at.shard->path);
+  return pixels[0];
 }
 
 std::string FileDataset::description() const {

@@ -108,6 +108,18 @@ std::string unused_tensors_note(const CheckpointIndex& tensors, const std::set<s
   return note.empty() ? note : "not used, as in transformers: " + note;
 }
 
+// Ends every rank with the problem that rank world.size() - `found` found
+// (the lowest that found one), so whichever rank exits first says what is wrong.
+[[noreturn]] void throw_first_problem(int found, const std::string& problem, Group& world, const at::Device& device) {
+  constexpr int64_t kLength = 1024;
+  at::Tensor text = at::zeros({kLength}, at::kByte);
+  std::copy_n(problem.data(), std::min<int64_t>(problem.size(), kLength - 1), text.data_ptr<uint8_t>());
+  text = text.to(device);
+  world.broadcast(text, world.size() - found);
+  text = text.cpu();
+  throw std::runtime_error(reinterpret_cast<const char*>(text.data_ptr<uint8_t>()));
+}
+
 }  // namespace
 
 std::string hf_name(const std::string& name) {
@@ -172,12 +184,25 @@ std::string load_hf(const MultimodalModel& model, JobGroups& groups, Group& worl
       problem = dir + ": no tensor " + name + " (nor under the layout " + legacy_hf_name(name) + ")";
       break;
     }
-    const std::vector<int64_t>& stored = it->second.entry->shape;
+    const SafetensorsEntry& entry = *it->second.entry;
+    const std::vector<int64_t>& stored = entry.shape;
+    // Read as float32: integer weights (a .int() copy) would load truncated, without a word.
+    if (!at::isFloatingType(entry.dtype)) {
+      problem = fmt::format("{}: {} holds {}, not floating-point weights", index.where(name), name,
+                            c10::toString(entry.dtype));
+      break;
+    }
     std::vector<int64_t> shape = stored;
-    if (p.name == kPatchWeight && !shape.empty()) {
-      int64_t rest = 1;
-      for (size_t d = 1; d < shape.size(); ++d) rest *= shape[d];
-      shape = {shape[0], rest};
+    if (p.name == kPatchWeight) {
+      // Exactly transformers' convolution weight: a channels-last or flat
+      // tensor of the same size would load scrambled, and the loss be wrong.
+      const std::vector<int64_t> needed = to_hf_shape(kPatchWeight, p.tensor, model.encoder->config()).sizes().vec();
+      if (stored != needed) {
+        problem = fmt::format("{}: {} has shape [{}], not transformers' [hidden, channels, patch, patch] = [{}]",
+                              index.where(name), name, fmt::join(stored, ","), fmt::join(needed, ","));
+        break;
+      }
+      shape = p.tensor.sizes().vec();
     }
     // Each TP rank holds 1/size of the shard dimension (-1: the whole tensor).
     const int parts = tp_of(p).size(), dim = p.shard_dim;
@@ -203,16 +228,7 @@ std::string load_hf(const MultimodalModel& model, JobGroups& groups, Group& worl
   world.all_reduce(all, ReduceOp::kMax);
   all = all.cpu();
   std::copy_n(all.data_ptr<int>(), count + 1, marks.begin());
-  if (const int found = marks[count]; found != 0) {
-    // Its message to every rank, so whichever exits first says what is wrong.
-    constexpr int64_t kLength = 1024;
-    at::Tensor text = at::zeros({kLength}, at::kByte);
-    std::copy_n(problem.data(), std::min<int64_t>(problem.size(), kLength - 1), text.data_ptr<uint8_t>());
-    text = text.to(model.device());
-    world.broadcast(text, world.size() - found);
-    text = text.cpu();
-    throw std::runtime_error(reinterpret_cast<const char*>(text.data_ptr<uint8_t>()));
-  }
+  if (const int found = marks[count]; found != 0) throw_first_problem(found, problem, world, model.device());
   std::set<std::string> used;
   int64_t i = 0;
   for (const auto& [name, place] : index.by_name) {
@@ -230,11 +246,22 @@ std::string load_hf(const MultimodalModel& model, JobGroups& groups, Group& worl
     const auto tensors = read_safetensors(file, index.headers.at(file), keys);
     for (const auto& [p, place] : file_params) {
       at::Tensor full = tensors.at(place->key).to(at::kFloat);
+      // A NaN or infinite weight makes every loss NaN: named here, not left to the loss.
+      if (!at::isfinite(full).all().item<bool>()) {
+        problem = fmt::format("{}: {} holds a NaN or infinite value (as float32)", index.where(hf_name(p->name)),
+                              hf_name(p->name));
+        break;
+      }
       if (p->name == kPatchWeight) full = full.reshape({full.size(0), -1});
       Group& tp = tp_of(*p);
       p->tensor.copy_(p->shard_dim < 0 ? full : shard(full, p->shard_dim, tp.rank(), tp.size()));
     }
+    if (!problem.empty()) break;
   }
+  // The values are judged alike: every rank ends with the message, not only the one that read them.
+  at::Tensor found = at::tensor({problem.empty() ? 0 : world.size() - world.rank()}, at::kInt).to(model.device());
+  world.all_reduce(found, ReduceOp::kMax);
+  if (const int rank = found.cpu().item<int>(); rank != 0) throw_first_problem(rank, problem, world, model.device());
   return note;
 }
 

@@ -31,7 +31,9 @@ std::string llava_config_json(const RunConfig& config);
 // the tensors a LLaVA holds but never uses (the SigLIP pooling head, its final
 // LayerNorm, tower layers after the feature layer), "" when none. Throws
 // std::runtime_error naming a missing tensor, one no part of the model has a
-// place for, or a shape that does not match the run's config.
+// place for, one of integers, a shape that does not match the run's config
+// (the patch embedding exactly transformers' [hidden, channels, patch,
+// patch]), or a NaN or infinite value.
 std::string load_hf(const MultimodalModel& model, JobGroups& groups, Group& world, const std::string& dir);
 
 }  // namespace hetpar

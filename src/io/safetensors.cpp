@@ -2,11 +2,14 @@
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -19,7 +22,7 @@ namespace {
 
 const std::vector<std::pair<std::string, at::ScalarType>>& dtypes() {
   static const std::vector<std::pair<std::string, at::ScalarType>> table = {
-      {"F32", at::kFloat}, {"BF16", at::kBFloat16}, {"F16", at::kHalf},
+      {"F32", at::kFloat}, {"BF16", at::kBFloat16}, {"F16", at::kHalf}, {"F64", at::kDouble},
       {"I64", at::kLong},  {"I32", at::kInt},       {"BOOL", at::kBool}, {"U8", at::kByte}};
   return table;
 }
@@ -36,6 +39,24 @@ at::ScalarType dtype_of(const std::string& name, const std::string& path) {
     if (n == name) return type;
   }
   throw std::runtime_error(path + ": unsupported safetensors dtype " + name);
+}
+
+// The bytes a tensor's shape takes. A negative dimension, or a count that
+// overflows, would otherwise pass as a wrapped number of values.
+uint64_t byte_size(const SafetensorsEntry& e, const std::string& path, const std::string& name) {
+  const auto shape = [&] { return fmt::format("[{}]", fmt::join(e.shape, ", ")); };
+  if (std::any_of(e.shape.begin(), e.shape.end(), [](int64_t d) { return d < 0; })) {
+    throw std::runtime_error(fmt::format("{}: tensor {} has shape {}: a dimension is negative", path, name, shape()));
+  }
+  if (std::find(e.shape.begin(), e.shape.end(), 0) != e.shape.end()) return 0;
+  uint64_t bytes = c10::elementSize(e.dtype);
+  for (const int64_t d : e.shape) {
+    if (__builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes) || bytes > uint64_t{INT64_MAX}) {
+      throw std::runtime_error(fmt::format("{}: tensor {} has shape {}: more bytes than a file can hold", path, name,
+                                           shape()));
+    }
+  }
+  return bytes;
 }
 
 }  // namespace
@@ -88,6 +109,8 @@ SafetensorsHeader read_safetensors_header(const std::string& path) {
   std::string text(length, '\0');
   in.read(text.data(), static_cast<std::streamsize>(length));
   if (!in) throw std::runtime_error(path + ": truncated header");
+  in.seekg(0, std::ios::end);
+  const auto file_bytes = static_cast<uint64_t>(in.tellg());
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(text);
@@ -98,11 +121,17 @@ SafetensorsHeader read_safetensors_header(const std::string& path) {
       SafetensorsEntry e{dtype_of(entry.at("dtype").get<std::string>(), path),
                          entry.at("shape").get<std::vector<int64_t>>()};
       const auto offsets = entry.at("data_offsets").get<std::vector<uint64_t>>();
-      int64_t values = 1;
-      for (const int64_t d : e.shape) values *= d;
-      if (offsets.size() != 2 || offsets[1] < offsets[0] ||
-          offsets[1] - offsets[0] != static_cast<uint64_t>(values) * c10::elementSize(e.dtype)) {
-        throw std::runtime_error(path + ": tensor " + name + " has inconsistent data_offsets");
+      const uint64_t bytes = byte_size(e, path, name);
+      if (offsets.size() != 2 || offsets[1] < offsets[0] || offsets[1] - offsets[0] != bytes) {
+        throw std::runtime_error(fmt::format("{}: tensor {} has data_offsets {}, but its shape [{}] of {} takes {} bytes",
+                                             path, name, entry.at("data_offsets").dump(), fmt::join(e.shape, ", "),
+                                             c10::toString(e.dtype), bytes));
+      }
+      // Offsets past the end would only show when a rank reads the tensor.
+      if (offsets[1] > file_bytes - out.data_start) {
+        throw std::runtime_error(fmt::format("{}: tensor {} has data_offsets {}, past the end of the file's {} data "
+                                             "bytes", path, name, entry.at("data_offsets").dump(),
+                                             file_bytes - out.data_start));
       }
       e.begin = offsets[0];
       e.end = offsets[1];

@@ -12,7 +12,7 @@
 
 namespace hetpar {
 
-// Writes CPU tensors (float32, bfloat16, float16, int64, int32, bool), in the order given.
+// Writes CPU tensors (float32, bfloat16, float16, float64, int64, int32, bool, uint8), in the order given.
 void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors);
 
 // One tensor's entry in a file's header: where its bytes lie.
@@ -27,8 +27,9 @@ struct SafetensorsHeader {
 };
 
 // A file's header alone (a rank that needs a few tensors of a large file reads
-// only those); throws std::runtime_error naming the file and what is wrong
-// (missing, bad header, unsupported dtype, offsets that do not fit the shape).
+// only those); throws std::runtime_error naming the file, the tensor and what
+// is wrong (missing, bad header, unsupported dtype, a negative or overflowing
+// shape, offsets that do not fit the shape or lie past the end of the file).
 SafetensorsHeader read_safetensors_header(const std::string& path);
 
 // Tensor `name`'s entry in the header of file `path`; throws

@@ -44,6 +44,7 @@ class VisionEncoder : public torch::nn::Module {
   at::Tensor blocks(const at::Tensor& x);
   at::Tensor features(const at::Tensor& x) const;
   bool first_stage() const { return patch_weight.defined(); }
+  const EncoderConfig& config() const { return config_; }
   // This stage's first `layers` blocks keep only their input and run again
   // in the backward (model/recompute.hpp); 0: none.
   void set_recompute(int64_t layers) { recompute_layers_ = layers; }

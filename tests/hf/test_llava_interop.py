@@ -2,8 +2,9 @@
 transformers' LlavaForConditionalGeneration and gives the same loss on the
 same batch as `hetpar eval` (1e-4 relative), as one file or as one shard per
 pipeline stage; eval gives the same loss under every kind of layout (TP, DP,
-CP, PP, colocated, non-colocated; 1e-5 relative); broken inputs, and a batch a
-layout cannot split, fail with a clear error."""
+CP, PP, colocated, non-colocated; 1e-5 relative), and in float64 the float32
+loss; broken inputs (weights or batches), and a batch a layout cannot split,
+fail with a clear error."""
 import os
 import re
 import subprocess
@@ -166,16 +167,65 @@ def test_a_batch_the_layout_cannot_split_exits_two(model_dir, batch):
         assert "eval sets --set data.global_batch_size=2 --set data.micro_batch_size=1 from the batch file" in done.stderr
 
 
-def test_a_missing_tensor_is_named(model_dir, batch, tmp_path):
+PATCH = "model.vision_tower.embeddings.patch_embedding.weight"
+
+
+def edited_model(model_dir, tmp_path, edit):
+    """A copy of the model whose tensors `edit` changes in place."""
     tensors = load_file(str(model_dir / "model.safetensors"))
-    del tensors["lm_head.weight"]
-    broken = tmp_path / "broken"
-    broken.mkdir()
-    save_file(tensors, str(broken / "model.safetensors"))
-    (broken / "config.json").write_text((model_dir / "config.json").read_text())
-    done = hetpar("eval", RUN, "--init-hf", str(broken), "--batch", str(batch))
-    assert done.returncode != 0
-    assert "no tensor lm_head.weight" in done.stdout + done.stderr
+    edit(tensors)
+    edited = tmp_path / "edited"
+    edited.mkdir()
+    save_file(tensors, str(edited / "model.safetensors"))
+    (edited / "config.json").write_text((model_dir / "config.json").read_text())
+    return edited
+
+
+def replace(name, change):
+    def edit(tensors):
+        tensors[name] = change(tensors[name]).contiguous()
+    return edit
+
+
+def set_first(name, value):
+    def change(t):
+        t = t.clone()
+        t.view(-1)[0] = value
+        return t
+    return replace(name, change)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda tensors: tensors.pop("lm_head.weight"), "no tensor lm_head.weight"),
+    (replace(PATCH, lambda t: t.permute(0, 2, 3, 1)),
+     f"{PATCH} has shape [64,8,8,3], not transformers' [hidden, channels, patch, patch] = [64,3,8,8]"),
+    (replace(PATCH, lambda t: t.reshape(t.shape[0], -1)),
+     f"{PATCH} has shape [64,192], not transformers' [hidden, channels, patch, patch] = [64,3,8,8]"),
+    (replace("lm_head.weight", lambda t: t.int()), "lm_head.weight holds Int, not floating-point weights"),
+    (set_first("lm_head.weight", float("nan")), "lm_head.weight holds a NaN or infinite value"),
+    (set_first(PATCH, float("inf")), f"{PATCH} holds a NaN or infinite value"),
+], ids=["missing", "patch_channels_last", "patch_flat", "int", "nan", "inf"])
+def test_a_weight_the_model_cannot_load_is_named(model_dir, batch, tmp_path, edit, message):
+    """Same-sized patch weights in another layout would load scrambled, integer
+    ones truncated and non-finite ones give a NaN loss: each is named instead."""
+    done = hetpar("eval", RUN, "--init-hf", str(edited_model(model_dir, tmp_path, edit)), "--batch", str(batch))
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert message in done.stdout + done.stderr, done.stdout + done.stderr
+
+
+def test_float64_weights_and_pixels_give_the_float32_loss(model_dir, batch, one_rank_loss, tmp_path):
+    model = edited_model(model_dir, tmp_path, lambda tensors: tensors.update({k: v.double() for k, v in tensors.items()}))
+    pixels = broken_batch(batch, tmp_path, pixel_values=lambda t: t.double())
+    assert eval_loss(model, pixels) == one_rank_loss
+
+
+def test_non_finite_pixels_in_a_directory_are_named_by_the_rank_that_reads_them(model_dir, batch, tmp_path):
+    (tmp_path / "files").mkdir()
+    broken_batch(batch, tmp_path, pixel_values=set_at((2, 0, 1, 1), float("nan"))).rename(tmp_path / "files" / "a.safetensors")
+    done = hetpar("eval", RUN, "--init-hf", str(model_dir), "--batch", str(tmp_path / "files"),
+                  "--set", "data.global_batch_size=2")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"{tmp_path}/files/a.safetensors: pixel_values image 2 holds a NaN or infinite value" in done.stderr, done.stderr
 
 
 def test_a_directory_without_config_json_exits_two(model_dir, batch, tmp_path):
@@ -216,6 +266,9 @@ def set_at(position, value):
     ({"input_ids": set_at((0, 8), 7)}, "sample 0: the image placeholders (token 2) at positions 7 and 9 break a run of 16"),
     ({"input_ids": set_at((0, 40), 2)}, "sample 0 holds 17 image placeholders (token 2), not a whole number of images"),
     ({"pixel_values": lambda t: t[:2].contiguous()}, "48 image placeholders (token 2) but 2 images of 16 tokens"),
+    ({"input_ids": lambda t: t.float() + 0.9}, "input_ids must hold integers (int64 or int32), not Float"),
+    ({"pixel_values": lambda t: t.int()}, "pixel_values must hold floats, not Int"),
+    ({"pixel_values": set_at((2, 0, 1, 1), float("inf"))}, "pixel_values image 2 holds a NaN or infinite value"),
 ])
 def test_a_batch_the_model_cannot_score_exits_two_before_any_rank_starts(model_dir, batch, tmp_path, changes, message):
     done = hetpar("eval", RUN, "--init-hf", str(model_dir), "--batch", str(broken_batch(batch, tmp_path, **changes)))
