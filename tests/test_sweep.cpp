@@ -238,6 +238,21 @@ TEST(Sweep, DivergedRunsAreRecordedAndResumeIsIdempotent) {
   EXPECT_EQ(status_of(), expected) << output;
 }
 
+// A NaN passed CLI11's range checks: a NaN timeout never fired. Refused, like inf.
+TEST(Sweep, NonFiniteNumbersAreRefused) {
+  const std::string out = fresh_dir("sweep_nan");
+  for (const char* value : {"nan", "inf"}) {
+    const auto [code, output] = run_command(hetpar_binary() + " sweep " + kSweeps + "/two_points.toml --out " + out +
+                                            " --run-timeout " + value);
+    EXPECT_EQ(code, 2) << output;
+    EXPECT_NE(output.find(std::string("--run-timeout: not a finite number: ") + value), std::string::npos) << output;
+    EXPECT_FALSE(fs::exists(out)) << "a run started";
+  }
+  const auto [code, output] = run_command(hetpar_binary() + " compare " + out + "_a " + out + "_b --rtol nan");
+  EXPECT_EQ(code, 2) << output;
+  EXPECT_NE(output.find("--rtol: not a finite number: nan"), std::string::npos) << output;
+}
+
 void write_results(const std::string& dir, double tflops, double tokens) {
   fs::create_directories(dir);
   std::ofstream(dir + "/results.jsonl")

@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "cli/build_paths.hpp"
+#include "cli/finite_number.hpp"
 #include "cli/job_command.hpp"
 #include "launch/local_limits.hpp"
 #include "sweep/sweep_dir.hpp"
@@ -129,6 +130,7 @@ CLI::App* add_sweep_command(CLI::App& app, SweepArgs& args) {
   cmd->add_flag("--retry-failed", args.retry_failed, "when resuming, run again the runs that failed, diverged or ran out of memory");
   cmd->add_flag("--no-plots", args.no_plots, "skip drawing the figures");
   cmd->add_option("--run-timeout", args.run_timeout_s, "seconds one run may take before it is killed")
+      ->check(kFiniteNumber)  // first: inf's message is plain too
       ->check(CLI::PositiveNumber);
   cmd->add_option("--repeat", args.repeat,
                   "measure every point and baseline K times, in rounds (runs p001, p001r2, ...); the report and "
