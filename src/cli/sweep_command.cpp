@@ -40,7 +40,8 @@ std::string layout_text(const RunConfig& c) {
 
 // Why the local launcher cannot start run `r` on this machine; "" when it can.
 std::string local_problem(const SweepRun& r) {
-  const std::string why = local_rank_count_problem(*r.config, r.world_size, /*oversubscribe=*/false);
+  const std::string why =
+      local_rank_count_problem(*r.config, r.world_size, /*oversubscribe=*/false, "run it with --launch on a cluster");
   return why.empty() ? local_memory_problem(*r.config, r.world_size) : why;
 }
 
