@@ -161,11 +161,13 @@ int run_sweep_command(const SweepArgs& args) {
   std::vector<SweepRun> runs = expand_sweep(spec, args.overrides);
   count_file_images(runs);
   if (args.dry_run) return dry_run(spec, runs, args.launch.empty(), args.repeat);
-  if (args.launch.empty()) refuse_what_this_machine_cannot_host(runs);
+  // Rounds first: the repeats of a run measured elsewhere (--launch) keep
+  // their ids here, and so their records, where this machine cannot host them.
   runs = repeat_runs(runs, args.repeat);
+  if (args.launch.empty()) refuse_what_this_machine_cannot_host(runs);
   bool any_valid = false;
   for (const SweepRun& r : runs) {
-    if (!r.config) log_error("skipping {} ({}): {}", r.id, r.label, r.invalid_reason);
+    if (!r.config && r.repeat == 1) log_error("skipping {} ({}): {}", r.id, r.label, r.invalid_reason);
     any_valid |= r.config.has_value();
   }
   if (!any_valid) die(kExitConfigError, "no valid point in " + args.file);
