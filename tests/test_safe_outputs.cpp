@@ -402,6 +402,48 @@ TEST(SweepResume, ResultsOfAnotherSweepAreRefused) {
   EXPECT_EQ(resume_results(dir / "absent.jsonl", three_runs(), false).done.size(), 0u);
 }
 
+// A run valid by its definition that this machine cannot host (its config
+// dropped, its hash kept) keeps the record measured elsewhere, --retry-failed
+// or not; a run invalid by its definition now means the sweep file changed.
+TEST(SweepResume, MeasuredResultsAreNeverReplacedByInvalid) {
+  Scratch dir;
+  const std::string path = dir / "results.jsonl";
+  const std::string text = record("b001", "ok") + "\n" + record("p001", "failed") + "\n";
+  write_text(path, text);
+  std::vector<SweepRun> runs = three_runs();
+  runs[1].config.reset();  // p001: too big for this machine
+  EXPECT_EQ(resume_results(path, runs, true).done.size(), 2u);
+  EXPECT_EQ(text_of(path), text);
+  write_text(path, text + record("p002", "ok") + "\n");  // p002 was measured, and is invalid now
+  try {
+    resume_results(path, runs, false);
+    FAIL() << "a changed sweep definition was accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("(run p002: it is invalid now"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(text_of(path), text + record("p002", "ok") + "\n");
+}
+
+// A record the sweep did not write: the file and line, and what is wrong.
+TEST(SweepResume, MalformedRecordsNameTheirLine) {
+  Scratch dir;
+  const std::string path = dir / "results.jsonl";
+  const std::pair<json, std::string> bad[] = {
+      {json{{"run_id", 5}, {"status", "ok"}, {"config_hash", "hash-b001"}}, ":3: run_id must be a string"},
+      {json{{"run_id", "p001"}, {"status", 1}, {"config_hash", "hash-p001"}}, ":3: status must be a string"},
+      {json{{"run_id", "p001"}, {"status", "ok"}, {"config_hash", 7}}, ":3: config_hash must be a string"},
+      {json{{"run_id", "p001"}, {"status", "weird"}, {"config_hash", "hash-p001"}}, ":3: unknown status \"weird\""}};
+  for (const auto& [line, message] : bad) {
+    write_text(path, record("b001", "ok") + "\n\n" + line.dump() + "\n");  // a blank line still counts as a line
+    try {
+      resume_results(path, three_runs(), false);
+      FAIL() << "accepted " << line.dump();
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(path + message), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(ReadResults, ATornLineInTheMiddleIsStillAnError) {
   Scratch dir;
   const std::string path = dir / "results.jsonl";
@@ -423,13 +465,13 @@ RunConfig tiny_config(const std::vector<std::string>& overrides) {
 TEST(LocalLimits, AMistypedLayoutIsRefusedBeforeAnythingStarts) {
   const RunConfig c = tiny_config({"layout.placement=uniform", "layout.encoder.dp=1", "layout.llm.tp=1",
                                    "layout.llm.dp=100000", "data.global_batch_size=200000"});
-  const std::string why = local_rank_count_problem(c, c.placement.world_size, false);
+  const std::string why = local_rank_count_problem(c, c.placement.world_size, false, "do this");
   EXPECT_NE(why.find("100000 ranks"), std::string::npos) << why;
   EXPECT_NE(why.find("llm tp1.cp1.pp1.dp100000"), std::string::npos) << why;
-  EXPECT_NE(why.find("--oversubscribe"), std::string::npos) << why;
-  EXPECT_EQ(local_rank_count_problem(c, c.placement.world_size, true), "");
-  EXPECT_EQ(local_rank_count_problem(c, max_local_ranks(), false), "");
-  EXPECT_NE(local_rank_count_problem(c, max_local_ranks() + 1, false), "");
+  EXPECT_NE(why.find("check the layout, or do this"), std::string::npos) << why;  // the command's own way out
+  EXPECT_EQ(local_rank_count_problem(c, c.placement.world_size, true, "do this"), "");
+  EXPECT_EQ(local_rank_count_problem(c, max_local_ranks(), false, "do this"), "");
+  EXPECT_NE(local_rank_count_problem(c, max_local_ranks() + 1, false, "do this"), "");
 }
 
 TEST(LocalLimits, MemoryLowerBoundScalesWithTheShardsAndNamesTheModule) {

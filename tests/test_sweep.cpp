@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "launch/local_limits.hpp"
 #include "tests/dist_harness.hpp"
 #include "tests/test_paths.hpp"
 
@@ -236,6 +237,80 @@ TEST(Sweep, DivergedRunsAreRecordedAndResumeIsIdempotent) {
   EXPECT_NE(output.find("--retry-failed: running 2 failed runs again"), std::string::npos) << output;
   EXPECT_EQ(lines_of(out + "/results.jsonl").size(), 5u) << output;
   EXPECT_EQ(status_of(), expected) << output;
+}
+
+std::string text_of(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// Resuming never replaces a measured result with "invalid": a point this
+// machine cannot host keeps the records measured where it could (here: this
+// machine before its cores were restricted), its repeats' too, and the
+// refusal points to --launch. A point made invalid by an edit of the sweep
+// file is refused like any other change, as is a record hetpar did not
+// write; the results and sweep.toml stay as they were.
+TEST(Sweep, ResumingKeepsMeasuredResults) {
+  if (usable_cores() < 2 || run_command("taskset -c 0 true").first != 0) {
+    GTEST_SKIP() << "needs 2 cores (5 ranks run here first) and taskset";
+  }
+  const std::string out = fresh_dir("sweep_keep"), file = out + ".toml";
+  const auto write_sweep = [&](int narrow_tp) {
+    std::ofstream(file) << "[sweep]\nname = \"keep\"\nbase = \"" << kSweeps << "/tiny_base.toml\"\n"
+                        << "baseline = { layout = { placement = \"uniform\", encoder = { tp = 1, dp = 1 }, "
+                           "llm = { tp = 1, dp = 1 } } }\n[[axis]]\nname = \"layout\"\n[[axis.value]]\n"
+                        << "name = \"narrow\"\nset = { layout = { llm = { tp = " << narrow_tp << " } } }\n"
+                        << "[[axis.value]]\nname = \"wide\"\nset = { layout = { placement = \"non-colocated\", "
+                           "encoder = { dp = 1 }, llm = { tp = 2, dp = 2 } } }\n";
+  };
+  write_sweep(2);
+  const std::string sweep = " sweep " + file + " --out " + out + " --no-plots --set run.steps=2 --repeat 2";
+  auto [code, output] = run_command(hetpar_binary() + sweep);
+  ASSERT_EQ(code, 0) << output;
+  const std::string results = text_of(out + "/results.jsonl"), sweep_toml = text_of(out + "/sweep.toml");
+  ASSERT_EQ(lines_of(out + "/results.jsonl").size(), 6u) << results;  // b001 p001 p002, twice
+
+  std::tie(code, output) = run_command("taskset -c 0 " + hetpar_binary() + sweep);  // 4 ranks at most now
+  EXPECT_EQ(code, 0) << output;
+  EXPECT_NE(output.find("skipping p002 (wide): the layout needs 5 ranks"), std::string::npos) << output;
+  EXPECT_NE(output.find("run it with --launch on a cluster"), std::string::npos) << output;
+  EXPECT_EQ(output.find("--oversubscribe"), std::string::npos) << output;  // train's option, not the sweep's
+  EXPECT_EQ(text_of(out + "/results.jsonl"), results);
+
+  std::vector<std::string> lines = lines_of(out + "/results.jsonl");
+  nlohmann::json first = nlohmann::json::parse(lines[0]);
+  first["run_id"] = 1;
+  lines[0] = first.dump();
+  std::string corrupt;
+  for (const std::string& line : lines) corrupt += line + "\n";
+  std::ofstream(out + "/results.jsonl") << corrupt;
+  std::tie(code, output) = run_command(hetpar_binary() + sweep);
+  EXPECT_EQ(code, 2) << output;
+  EXPECT_NE(output.find(out + "/results.jsonl:1: run_id must be a string"), std::string::npos) << output;
+  std::ofstream(out + "/results.jsonl") << results;
+
+  write_sweep(3);  // llm tp 3 does not divide the heads: p001 is invalid now
+  std::tie(code, output) = run_command(hetpar_binary() + sweep);
+  EXPECT_EQ(code, 2) << output;
+  EXPECT_NE(output.find("holds results of another sweep definition (run p001: it is invalid now"), std::string::npos)
+      << output;
+  EXPECT_EQ(text_of(out + "/results.jsonl"), results);
+  EXPECT_EQ(text_of(out + "/sweep.toml"), sweep_toml);
+}
+
+// A NaN passed CLI11's range checks: a NaN timeout never fired. Refused, like inf.
+TEST(Sweep, NonFiniteNumbersAreRefused) {
+  const std::string out = fresh_dir("sweep_nan");
+  for (const char* value : {"nan", "inf"}) {
+    const auto [code, output] = run_command(hetpar_binary() + " sweep " + kSweeps + "/two_points.toml --out " + out +
+                                            " --run-timeout " + value);
+    EXPECT_EQ(code, 2) << output;
+    EXPECT_NE(output.find(std::string("--run-timeout: not a finite number: ") + value), std::string::npos) << output;
+    EXPECT_FALSE(fs::exists(out)) << "a run started";
+  }
+  const auto [code, output] = run_command(hetpar_binary() + " compare " + out + "_a " + out + "_b --rtol nan");
+  EXPECT_EQ(code, 2) << output;
+  EXPECT_NE(output.find("--rtol: not a finite number: nan"), std::string::npos) << output;
 }
 
 void write_results(const std::string& dir, double tflops, double tokens) {

@@ -143,6 +143,33 @@ INSTANTIATE_TEST_SUITE_P(
                  "name = \"v\"\nset = { run = { steps = 2 } }\n[[axis.value]]\nname = \"v\"\n"
                  "set = { run = { steps = 3 } }\n",
                  "a.value[1].name", "\"v\" is already a value of axis a"},
+        BadSweep{"infinite_rtol", "[sweep]\nname = \"x\"\nbase = \"tiny_base.toml\"\nloss_rtol = inf\n",
+                 "sweep.loss_rtol", "finite number >= 0"},
+        BadSweep{"unknown_table", "[sweep]\nname = \"x\"\nbase = \"tiny_base.toml\"\n[[axes]]\nname = \"a\"\n", "axes",
+                 "unknown key (known: sweep, axis)"},
+        // Typos in an axis or a value were ignored: the grid silently lost a setting.
+        BadSweep{"unknown_axis_key",
+                 "[sweep]\nname = \"x\"\nbase = \"tiny_base.toml\"\n[[axis]]\nname = \"a\"\nvaleu = 3\n[[axis.value]]\n"
+                 "name = \"v\"\nset = { run = { steps = 2 } }\n",
+                 "axis[0].valeu", "unknown key (known: name, value)"},
+        BadSweep{"unknown_value_key",
+                 "[sweep]\nname = \"x\"\nbase = \"tiny_base.toml\"\n[[axis]]\nname = \"a\"\n[[axis.value]]\n"
+                 "name = \"v\"\nset = { run = { steps = 2 } }\nsets = { run = { seed = 3 } }\n",
+                 "a.value[0].sets", "unknown key (known: name, set)"},
+        // Two axes of one name: each record keeps one value a name, so one was lost.
+        BadSweep{"repeated_axis_name",
+                 "[sweep]\nname = \"x\"\nbase = \"tiny_base.toml\"\n"
+                 "[[axis]]\nname = \"a\"\n[[axis.value]]\nname = \"v\"\nset = { run = { steps = 2 } }\n"
+                 "[[axis]]\nname = \"a\"\n[[axis.value]]\nname = \"w\"\nset = { run = { seed = 3 } }\n",
+                 "axis[1].name", "\"a\" is already the name of axis[0]"},
+        // Distinct value names that join into one label: results would pool them as repeats.
+        BadSweep{"shared_label",
+                 "[sweep]\nname = \"x\"\nbase = \"tiny_base.toml\"\n"
+                 "[[axis]]\nname = \"x\"\n[[axis.value]]\nname = \"p / q\"\nset = { run = { steps = 2 } }\n"
+                 "[[axis.value]]\nname = \"p\"\nset = { run = { steps = 3 } }\n"
+                 "[[axis]]\nname = \"y\"\n[[axis.value]]\nname = \"r\"\nset = { run = { seed = 1 } }\n"
+                 "[[axis.value]]\nname = \"q / r\"\nset = { run = { seed = 2 } }\n",
+                 "axis", "points p001 and p004 share the label \"p / q / r\""},
         BadSweep{"syntax", "[sweep\nname = 1\n", "(syntax)", ""}),
     [](const auto& info) { return std::string(info.param.name); });
 

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/finite_number.hpp"
 #include "metrics/results_compare.hpp"
 #include "metrics/run_summary.hpp"
 #include "util/exit_codes.hpp"
@@ -13,7 +14,9 @@ CLI::App* add_compare_command(CLI::App& app, CompareArgs& args) {
   CLI::App* cmd = app.add_subcommand("compare", "Compare two runs' loss curves step by step (held-out losses too where both evaluated), or two sweeps' results");
   auto* a = cmd->add_option("run_a", args.run_a, "run directory or steps.jsonl");
   auto* b = cmd->add_option("run_b", args.run_b, "run directory or steps.jsonl (the reference)");
-  cmd->add_option("--rtol", args.rtol, "largest allowed |a - b| / |b| at any step")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--rtol", args.rtol, "largest allowed |a - b| / |b| at any step")
+      ->check(kFiniteNumber)  // first: inf's message is plain too
+      ->check(CLI::NonNegativeNumber);
   auto* results = cmd->add_option("--results", args.results, "OLD NEW: two sweeps' result directories")
                       ->expected(2)->excludes(a)->excludes(b);
   cmd->add_option("--threshold", args.threshold,

@@ -75,7 +75,9 @@ int run_job(const std::string& subcommand, const JobArgs& args, const std::vecto
     // Under torchrun/srun this rank alone must fit; the local launcher hosts them all.
     const int ranks_here = env ? 1 : config.placement.world_size;
     if (!env) {
-      if (const std::string why = local_rank_count_problem(config, ranks_here, args.oversubscribe); !why.empty()) {
+      if (const std::string why = local_rank_count_problem(config, ranks_here, args.oversubscribe,
+                                                           "pass --oversubscribe to start them anyway");
+          !why.empty()) {
         throw ConfigError(config.source_file, "layout", why);
       }
     }

@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "cli/build_paths.hpp"
+#include "cli/finite_number.hpp"
 #include "cli/job_command.hpp"
 #include "launch/local_limits.hpp"
 #include "sweep/sweep_dir.hpp"
@@ -39,7 +40,8 @@ std::string layout_text(const RunConfig& c) {
 
 // Why the local launcher cannot start run `r` on this machine; "" when it can.
 std::string local_problem(const SweepRun& r) {
-  const std::string why = local_rank_count_problem(*r.config, r.world_size, /*oversubscribe=*/false);
+  const std::string why =
+      local_rank_count_problem(*r.config, r.world_size, /*oversubscribe=*/false, "run it with --launch on a cluster");
   return why.empty() ? local_memory_problem(*r.config, r.world_size) : why;
 }
 
@@ -129,6 +131,7 @@ CLI::App* add_sweep_command(CLI::App& app, SweepArgs& args) {
   cmd->add_flag("--retry-failed", args.retry_failed, "when resuming, run again the runs that failed, diverged or ran out of memory");
   cmd->add_flag("--no-plots", args.no_plots, "skip drawing the figures");
   cmd->add_option("--run-timeout", args.run_timeout_s, "seconds one run may take before it is killed")
+      ->check(kFiniteNumber)  // first: inf's message is plain too
       ->check(CLI::PositiveNumber);
   cmd->add_option("--repeat", args.repeat,
                   "measure every point and baseline K times, in rounds (runs p001, p001r2, ...); the report and "
@@ -158,11 +161,13 @@ int run_sweep_command(const SweepArgs& args) {
   std::vector<SweepRun> runs = expand_sweep(spec, args.overrides);
   count_file_images(runs);
   if (args.dry_run) return dry_run(spec, runs, args.launch.empty(), args.repeat);
-  if (args.launch.empty()) refuse_what_this_machine_cannot_host(runs);
+  // Rounds first: the repeats of a run measured elsewhere (--launch) keep
+  // their ids here, and so their records, where this machine cannot host them.
   runs = repeat_runs(runs, args.repeat);
+  if (args.launch.empty()) refuse_what_this_machine_cannot_host(runs);
   bool any_valid = false;
   for (const SweepRun& r : runs) {
-    if (!r.config) log_error("skipping {} ({}): {}", r.id, r.label, r.invalid_reason);
+    if (!r.config && r.repeat == 1) log_error("skipping {} ({}): {}", r.id, r.label, r.invalid_reason);
     any_valid |= r.config.has_value();
   }
   if (!any_valid) die(kExitConfigError, "no valid point in " + args.file);

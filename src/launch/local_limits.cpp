@@ -99,13 +99,14 @@ RankMemoryEstimate estimate_rank_memory(const RunConfig& c) {
   return e;
 }
 
-std::string local_rank_count_problem(const RunConfig& config, int ranks, bool oversubscribe) {
+std::string local_rank_count_problem(const RunConfig& config, int ranks, bool oversubscribe,
+                                     const std::string& remedy) {
   if (oversubscribe || ranks <= max_local_ranks()) return "";
   const ModulePlacement& p = config.placement;
   return "the layout needs " + std::to_string(ranks) + " ranks (encoder " + p.encoder.to_string() + ", llm " +
          p.llm.to_string() + ", " + to_string(p.placement) + "), more than " + std::to_string(max_local_ranks()) +
          " (" + std::to_string(kRanksPerCore) + " per core on " + std::to_string(usable_cores()) +
-         " cores) that this machine can host; check the layout, or pass --oversubscribe to start them anyway";
+         " cores) that this machine can host; check the layout, or " + remedy;
 }
 
 std::string local_memory_problem(const RunConfig& config, int ranks_here) {

@@ -37,8 +37,9 @@ struct RankMemoryEstimate {
 RankMemoryEstimate estimate_rank_memory(const RunConfig& config);
 
 // "" when the local launcher may start `ranks` ranks, else why not (naming
-// the layout). `oversubscribe` lifts the bound.
-std::string local_rank_count_problem(const RunConfig& config, int ranks, bool oversubscribe);
+// the layout), ending in `remedy`: what the calling command offers instead.
+// `oversubscribe` lifts the bound.
+std::string local_rank_count_problem(const RunConfig& config, int ranks, bool oversubscribe, const std::string& remedy);
 
 // "" when `ranks_here` ranks of `config` fit in this machine's available
 // memory by the lower bound above, else why not (naming the module's keys).

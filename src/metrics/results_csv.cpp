@@ -82,7 +82,7 @@ std::vector<std::string> keys_of(const std::vector<json>& records, const char* f
 
 }  // namespace
 
-std::vector<json> read_results(const std::string& path_or_dir, bool* torn_tail) {
+std::vector<json> read_results(const std::string& path_or_dir, bool* torn_tail, std::vector<int>* line_numbers) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const std::string path =
@@ -115,6 +115,7 @@ std::vector<json> read_results(const std::string& path_or_dir, bool* torn_tail) 
       throw std::runtime_error(path + ":" + std::to_string(number) + ": not a JSON object");
     }
     records.push_back(std::move(record));
+    if (line_numbers) line_numbers->push_back(number);
   }
   return records;
 }

@@ -11,8 +11,10 @@ namespace hetpar {
 // directory holding it. Blank lines are skipped; a missing file, a line that is
 // not JSON or not an object throws std::runtime_error naming the file (and line).
 // With `torn_tail`, an unterminated last line that is not JSON (a write cut
-// short by a crash) is skipped instead, and *torn_tail says so.
-std::vector<nlohmann::json> read_results(const std::string& path_or_dir, bool* torn_tail = nullptr);
+// short by a crash) is skipped instead, and *torn_tail says so. With
+// `line_numbers`, each record's line in the file (1-based), for messages.
+std::vector<nlohmann::json> read_results(const std::string& path_or_dir, bool* torn_tail = nullptr,
+                                         std::vector<int>* line_numbers = nullptr);
 
 // The CSV columns: the fixed scalar fields, then `axis.<name>` and `phase.<name>`
 // for every axis and phase seen in any record, in first-seen order (within one

@@ -22,10 +22,14 @@ struct ResumeState {
 };
 
 // Reads `path` (absent: nothing done) and rewrites it as described above.
-// Invalid records, and records of runs that are invalid now, are dropped
-// (validity is re-evaluated on every run and recorded again); with `retry_failed`, so are records of runs that did not
-// end "ok". Throws std::runtime_error when a record belongs to another
-// sweep definition (its run id is unknown or its config hash differs).
+// Invalid records are dropped (validity is re-evaluated on every run and
+// recorded again); with `retry_failed`, so are records of runs that did not
+// end "ok" and can run now. A run this machine cannot host (config dropped,
+// hash kept) keeps its record. Throws std::runtime_error, naming the file
+// (and line), when a record belongs to another sweep definition (its run id
+// is unknown, its config hash differs, or the run is invalid by definition
+// now) or is malformed (run_id, status or config_hash not a string, an
+// unknown status).
 ResumeState resume_results(const std::string& path, const std::vector<SweepRun>& runs, bool retry_failed);
 
 }  // namespace hetpar

@@ -219,8 +219,9 @@ int run_sweep(const SweepSpec& spec, const std::vector<SweepRun>& runs, const Sw
   const SweepDir sweep_dir(options.out_dir, options.fresh);  // ours alone until we return
   const std::string results_path = options.out_dir + "/results.jsonl";
   ensure_writable_dir(options.out_dir + "/runs");
-  write_file_atomic(options.out_dir + "/sweep.toml", file_text(spec.file));
+  // The earlier results are checked against this sweep first: a refused one leaves its sweep.toml as it was.
   const ResumeState resumed = resume_results(results_path, runs, options.retry_failed);
+  write_file_atomic(options.out_dir + "/sweep.toml", file_text(spec.file));
   std::map<std::string, nlohmann::json> done = resumed.done;
   AppendFile results(results_path, false);
   if (resumed.dropped_torn) log_error("warning: dropped the unfinished last record of {} (a crash mid-write)", results_path);
@@ -235,6 +236,7 @@ int run_sweep(const SweepSpec& spec, const std::vector<SweepRun>& runs, const Sw
     if (done.count(run.id)) continue;
     nlohmann::json record = base_record(run);
     if (!run.config) {
+      if (run.repeat > 1) continue;  // an invalid run is recorded once, as its first round
       record["status"] = "invalid";
       record["error"] = run.invalid_reason;
       results.append_line(record.dump());

@@ -2,7 +2,9 @@
 
 #include <toml++/toml.h>
 
+#include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -55,6 +57,47 @@ std::string string_at(const toml::table& table, const char* name, const std::str
   return node->as_string()->get();
 }
 
+// Refuses a key of `table` other than `known` (a typo must not be ignored).
+void check_known_keys(const toml::table& table, const std::vector<std::string>& known, const std::string& file,
+                      const std::string& where) {
+  for (const auto& [k, node] : table) {
+    if (std::find(known.begin(), known.end(), k.str()) != known.end()) continue;
+    std::string list;
+    for (const std::string& key : known) list += (list.empty() ? "" : ", ") + key;
+    const std::string key = where.empty() ? std::string(k.str()) : where + "." + std::string(k.str());
+    throw ConfigError(file, key, "unknown key (known: " + list + ")");
+  }
+}
+
+// "p001" for the first point, "b001" for the first baseline.
+std::string numbered_id(char kind, size_t number) {
+  char id[24];
+  std::snprintf(id, sizeof id, "%c%03zu", kind, number);
+  return id;
+}
+
+// The axis values of grid point `index` (the last axis moves fastest).
+std::vector<const SweepAxisValue*> point_values(const SweepSpec& spec, size_t index) {
+  std::vector<const SweepAxisValue*> values(spec.axes.size());
+  for (size_t a = spec.axes.size(); a-- > 0;) {
+    values[a] = &spec.axes[a].values[index % spec.axes[a].values.size()];
+    index /= spec.axes[a].values.size();
+  }
+  return values;
+}
+
+size_t grid_size(const SweepSpec& spec) {
+  size_t total = 1;
+  for (const SweepAxis& axis : spec.axes) total *= axis.values.size();
+  return total;
+}
+
+std::string label_of(const std::vector<const SweepAxisValue*>& values) {
+  std::string label;
+  for (const SweepAxisValue* v : values) label += (label.empty() ? "" : " / ") + v->name;
+  return label;
+}
+
 // A short stable hash (FNV-1a, 64 bits) of the resolved config: the resume key.
 std::string hash_text(const std::string& text) {
   uint64_t h = 1469598103934665603ull;
@@ -100,6 +143,7 @@ SweepSpec load_sweep_spec(const std::string& file) {
   }
   SweepSpec spec;
   spec.file = file;
+  check_known_keys(root, {"sweep", "axis"}, file, "");
   const toml::table& sweep = table_at(root.get("sweep"), file, "sweep");
   spec.name = string_at(sweep, "name", file, "sweep");
   // The name becomes results/sweeps/<name>, which --fresh empties: one plain component.
@@ -109,30 +153,37 @@ SweepSpec load_sweep_spec(const std::string& file) {
   if (!std::filesystem::exists(spec.base)) throw ConfigError(file, "sweep.base", "no such run file: " + spec.base);
   if (const toml::node* rtol = sweep.get("loss_rtol")) {
     const auto value = rtol->value<double>();
-    if (!value || !(*value >= 0)) throw ConfigError(file, "sweep.loss_rtol", "must be a number >= 0");
+    // inf would pass every point (and TOML spells it): a finite number.
+    if (!value || !std::isfinite(*value) || *value < 0) {
+      throw ConfigError(file, "sweep.loss_rtol", "must be a finite number >= 0");
+    }
     spec.loss_rtol = *value;
   }
   if (const toml::node* baseline = sweep.get("baseline")) {
     flatten(table_at(baseline, file, "sweep.baseline"), "", file, spec.baseline);
   }
-  for (const auto& [k, node] : sweep) {
-    const std::string key(k.str());
-    if (key != "name" && key != "base" && key != "loss_rtol" && key != "baseline") {
-      throw ConfigError(file, "sweep." + key, "unknown key (known: name, base, loss_rtol, baseline)");
-    }
-  }
+  check_known_keys(sweep, {"name", "base", "loss_rtol", "baseline"}, file, "sweep");
   const toml::array* axes = root.get_as<toml::array>("axis");
   if (!axes || axes->empty()) throw ConfigError(file, "axis", "needs at least one [[axis]]");
   for (const toml::node& axis_node : *axes) {
     const std::string where = "axis[" + std::to_string(spec.axes.size()) + "]";
     const toml::table& axis_table = table_at(&axis_node, file, where);
+    check_known_keys(axis_table, {"name", "value"}, file, where);
     SweepAxis axis{string_at(axis_table, "name", file, where), {}};
+    // A record keeps one value an axis name (its "axes" object): two axes of one name would lose one.
+    for (size_t a = 0; a < spec.axes.size(); ++a) {
+      if (spec.axes[a].name == axis.name) {
+        throw ConfigError(file, where + ".name",
+                          "\"" + axis.name + "\" is already the name of axis[" + std::to_string(a) + "]");
+      }
+    }
     const toml::array* values = axis_table.get_as<toml::array>("value");
     if (!values || values->empty()) throw ConfigError(file, where + ".value", "needs at least one [[axis.value]]");
     std::set<std::string> names;
     for (const toml::node& value_node : *values) {
       const std::string vwhere = axis.name + ".value[" + std::to_string(axis.values.size()) + "]";
       const toml::table& value_table = table_at(&value_node, file, vwhere);
+      check_known_keys(value_table, {"name", "set"}, file, vwhere);
       SweepAxisValue value{string_at(value_table, "name", file, vwhere), {}};
       // Value names make the labels results are matched and pooled by: two
       // points with one label would be taken for repeats of one point.
@@ -144,30 +195,31 @@ SweepSpec load_sweep_spec(const std::string& file) {
     }
     spec.axes.push_back(std::move(axis));
   }
+  // Distinct values can still join into one label ("p / q" + "r" and "p" + "q / r").
+  std::map<std::string, size_t> point_of_label;
+  for (size_t index = 0, total = grid_size(spec); index < total; ++index) {
+    const std::string label = label_of(point_values(spec, index));
+    const auto [it, is_new] = point_of_label.try_emplace(label, index);
+    if (!is_new) {
+      throw ConfigError(file, "axis",
+                        "points " + numbered_id('p', it->second + 1) + " and " + numbered_id('p', index + 1) +
+                            " share the label \"" + label + "\": rename a value");
+    }
+  }
   return spec;
 }
 
 std::vector<SweepRun> expand_sweep(const SweepSpec& spec, const std::vector<std::string>& extra) {
   std::vector<SweepRun> runs;
   std::map<std::string, std::string> baseline_by_hash;  // one run per distinct baseline config
-  size_t total = 1;
-  for (const SweepAxis& axis : spec.axes) total *= axis.values.size();
-  for (size_t index = 0; index < total; ++index) {
+  for (size_t index = 0, total = grid_size(spec); index < total; ++index) {
     SweepRun point;
-    char id[16];
-    std::snprintf(id, sizeof id, "p%03zu", index + 1);
-    point.id = id;
-    size_t rest = index;
-    std::vector<size_t> pick(spec.axes.size());
-    for (size_t a = spec.axes.size(); a-- > 0;) {  // last axis fastest
-      pick[a] = rest % spec.axes[a].values.size();
-      rest /= spec.axes[a].values.size();
-    }
+    point.id = numbered_id('p', index + 1);
+    const std::vector<const SweepAxisValue*> values = point_values(spec, index);
+    point.label = label_of(values);
     for (size_t a = 0; a < spec.axes.size(); ++a) {
-      const SweepAxisValue& value = spec.axes[a].values[pick[a]];
-      point.axes.emplace_back(spec.axes[a].name, value.name);
-      point.label += (a ? " / " : "") + value.name;
-      point.overrides.insert(point.overrides.end(), value.overrides.begin(), value.overrides.end());
+      point.axes.emplace_back(spec.axes[a].name, values[a]->name);
+      point.overrides.insert(point.overrides.end(), values[a]->overrides.begin(), values[a]->overrides.end());
     }
     SweepRun baseline = point;
     baseline.is_baseline = true;
@@ -180,10 +232,9 @@ std::vector<SweepRun> expand_sweep(const SweepSpec& spec, const std::vector<std:
     if (baseline.config && point.config) {
       auto [it, is_new] = baseline_by_hash.try_emplace(baseline.config_hash, "");
       if (is_new) {
-        std::snprintf(id, sizeof id, "b%03zu", baseline_by_hash.size());
-        it->second = id;
-        baseline.id = id;
-        baseline.config->run.name = id;
+        it->second = numbered_id('b', baseline_by_hash.size());
+        baseline.id = it->second;
+        baseline.config->run.name = it->second;
         baseline.label = "baseline of " + point.label;
         runs.push_back(std::move(baseline));
       }

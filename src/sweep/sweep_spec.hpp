@@ -42,7 +42,9 @@ struct SweepSpec {
   std::vector<SweepAxis> axes;
 };
 
-// Throws ConfigError (file, key, reason) on a malformed sweep file.
+// Throws ConfigError (file, key, reason) on a malformed sweep file: a
+// missing or unknown key, two axes of one name, two values of one axis with
+// one name, two points with one label.
 SweepSpec load_sweep_spec(const std::string& file);
 
 // One run of the sweep: a grid point or a baseline.
