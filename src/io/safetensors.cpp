@@ -5,13 +5,9 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <fstream>
 #include <stdexcept>
 
@@ -75,29 +71,13 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // align the data on 8 bytes
-  // Into a temporary file renamed over the target once complete: a full disk
-  // leaves the old file (or none), never a truncated one that loads.
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    if (!out) throw FileError("cannot create " + tmp + ": " + std::strerror(errno));
-    const uint64_t length = text.size();  // little-endian on every platform hetpar builds for
-    out.write(reinterpret_cast<const char*>(&length), sizeof length);
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    for (const at::Tensor& t : data) out.write(static_cast<const char*>(t.data_ptr()), static_cast<std::streamsize>(t.nbytes()));
-    out.flush();
-    out.close();
-    if (!out) {
-      const int error = errno;
-      std::remove(tmp.c_str());
-      throw FileError("cannot write " + path + ": " + std::strerror(error));
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int error = errno;
-    std::remove(tmp.c_str());
-    throw FileError("cannot write " + path + ": " + std::strerror(error));
-  }
+  // Into a temporary file, synced and renamed over the target once complete:
+  // a full disk or a power loss leaves the old file (or none), never a
+  // truncated one that a checkpoint's manifest names.
+  const uint64_t length = text.size();  // little-endian on every platform hetpar builds for
+  std::vector<std::string_view> pieces{{reinterpret_cast<const char*>(&length), sizeof length}, text};
+  for (const at::Tensor& t : data) pieces.emplace_back(static_cast<const char*>(t.data_ptr()), t.nbytes());
+  write_file_atomic(path, pieces);
 }
 
 SafetensorsHeader read_safetensors_header(const std::string& path) {

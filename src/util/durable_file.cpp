@@ -45,10 +45,17 @@ void sync_directory_of(const std::string& path) {
 }  // namespace
 
 void write_file_atomic(const std::string& path, const std::string& content) {
+  write_file_atomic(path, std::vector<std::string_view>{content});
+}
+
+void write_file_atomic(const std::string& path, const std::vector<std::string_view>& pieces) {
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail("create", tmp, errno);
-  int error = write_all(fd, content.data(), content.size());
+  int error = 0;
+  for (const std::string_view piece : pieces) {
+    if (error == 0) error = write_all(fd, piece.data(), piece.size());
+  }
   if (error == 0 && ::fsync(fd) != 0) error = errno;
   if (::close(fd) != 0 && error == 0) error = errno;
   if (error == 0 && ::rename(tmp.c_str(), path.c_str()) != 0) error = errno;

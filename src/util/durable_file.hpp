@@ -13,6 +13,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace hetpar {
@@ -24,6 +25,8 @@ class FileError : public std::runtime_error {
 };
 
 void write_file_atomic(const std::string& path, const std::string& content);
+// The same for content in pieces (a header, then tensors' bytes where they lie).
+void write_file_atomic(const std::string& path, const std::vector<std::string_view>& pieces);
 
 // The temporaries (`NAME.tmp.PID`) in `dir` of writers no longer running on
 // this machine: what a killed write left. Removed, they are listed; a live
