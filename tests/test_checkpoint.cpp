@@ -240,6 +240,9 @@ TEST(Checkpoint, ABrokenOrForeignCheckpointIsRefused) {
   expect_refused(incomplete, "", "no complete checkpoint");
 
   expect_refused(copy_of_cut("foreign"), " --set llm.hidden=128", "differ in llm.hidden: 64 in the checkpoint, 128 now");
+  const std::string edited = copy_of_cut("edited");
+  std::ofstream(edited + "/checkpoints/step_00000003/config.toml", std::ios::app) << "# edited\n";
+  expect_refused(edited, "", "config.toml: content differs from the manifest's hash");
   expect_refused(copy_of_cut("reseeded"), " --set run.seed=5", "differ in run.seed");
   expect_refused(scratch("nowhere"), "", "no complete checkpoint");
 

@@ -127,10 +127,12 @@ void save_checkpoint(const CheckpointParts& parts, const std::string& run_dir, i
   // On the world's device (NCCL moves CUDA tensors only), read back on the host.
   const at::Tensor all = parts.world.all_gather(entry.to(parts.model.device())).cpu();
   if (parts.world.rank() != 0) return;
-  write_file_atomic((fs::path(dir) / "config.toml").string(), to_toml(parts.config));
+  const std::string config = (fs::path(dir) / "config.toml").string();
+  write_file_atomic(config, to_toml(parts.config));
   CheckpointManifest manifest;
   manifest.step = step;
   manifest.world_size = parts.world.size();
+  manifest.config_hash = file_hash(config);
   for (int r = 0; r < parts.world.size(); ++r) {
     char hash[17];
     std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(all[r][1].item<int64_t>()));

@@ -88,6 +88,7 @@ void write_manifest(const std::string& checkpoint_dir, const CheckpointManifest&
   for (const RankFile& f : m.files) {
     j["files"].push_back({{"rank", f.rank}, {"name", f.name}, {"bytes", f.bytes}, {"hash", f.hash}});
   }
+  if (!m.config_hash.empty()) j["config_hash"] = m.config_hash;
   write_file_atomic((fs::path(checkpoint_dir) / kManifest).string(), j.dump(2) + "\n");
 }
 
@@ -105,6 +106,7 @@ CheckpointManifest read_manifest(const std::string& checkpoint_dir) {
       m.files.push_back({f.at("rank").get<int>(), f.at("name").get<std::string>(), f.at("bytes").get<uint64_t>(),
                          f.at("hash").get<std::string>()});
     }
+    if (j.contains("config_hash")) m.config_hash = j.at("config_hash").get<std::string>();
   } catch (const std::exception& e) {
     throw CheckpointError(path + ": not a checkpoint manifest: " + e.what());
   }
@@ -131,6 +133,12 @@ void verify_checkpoint_files(const std::string& checkpoint_dir, const Checkpoint
                             std::to_string(f.bytes) + " (truncated or replaced)");
     }
     if (file_hash(path) != f.hash) throw CheckpointError(path + ": content differs from the manifest's hash (corrupted)");
+  }
+  // An edited config.toml would read the rank files under another layout, or let another model resume.
+  const std::string config = (fs::path(checkpoint_dir) / "config.toml").string();
+  if (!m.config_hash.empty() && file_hash(config) != m.config_hash) {
+    throw CheckpointError(config + ": content differs from the manifest's hash (edited or corrupted since the "
+                          "checkpoint was written)");
   }
 }
 

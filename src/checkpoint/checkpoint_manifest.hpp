@@ -5,7 +5,8 @@
 //     rank_00000.safetensors  that rank's shards: parameters, AdamW state, RNG
 //     ...
 //     manifest.json           written last: step, world size, each rank file's
-//                             size and hash. No manifest = incomplete = ignored.
+//                             size and hash, config.toml's hash. No manifest =
+//                             incomplete = ignored.
 //
 // Everything here is torch-free: finding, validating and pruning checkpoints,
 // and deciding whether a run may resume from one.
@@ -39,6 +40,9 @@ struct CheckpointManifest {
   int64_t step = 0;
   int world_size = 0;
   std::vector<RankFile> files;  // one per rank, by rank
+  // config.toml's hash: the layout the rank files are read by, and what a
+  // resume is checked against. Empty in checkpoints from before it was kept.
+  std::string config_hash;
 };
 
 std::string checkpoint_dir_name(int64_t step);             // "step_00000040"
