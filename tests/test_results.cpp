@@ -217,6 +217,19 @@ TEST(ResultsCompare, VerdictsCountsAndNotes) {
   }
 }
 
+// A label is a point of a sweep file; an edited file (or base run) measures
+// another configuration under it, which the comparison says.
+TEST(ResultsCompare, PointsWhoseSettingsDifferAreNamed) {
+  json old_a = point("a", 100, 1000), old_b = point("b", 100, 1000), new_a = point("a", 100, 1000), new_b = point("b", 100, 1000);
+  old_a["config_hash"] = new_a["config_hash"] = "1111";
+  old_b["config_hash"] = "2222";
+  new_b["config_hash"] = "3333";
+  const ResultsComparison c = compare_results({{old_a, old_b}, ""}, {{new_a, new_b}, ""}, 0.05);
+  EXPECT_EQ(c.matched, 2);
+  EXPECT_NE(c.text.find("settings differ: b ran another configuration in NEW"), std::string::npos) << c.text;
+  EXPECT_EQ(c.text.find("settings differ: a"), std::string::npos) << c.text;
+}
+
 TEST(ResultsCompare, ThresholdDecidesWhatCounts) {
   const ComparisonSets s = comparison_sets();
   const ResultsComparison c = compare_results({s.old_records, ""}, {s.new_records, ""}, 0.02);

@@ -240,6 +240,7 @@ struct PointRow {
   MetricChange tflops, tokens;
   std::string verdict, untested_why;
   size_t old_runs = 0, new_runs = 0;
+  bool settings_differ = false;  // the two runs' configurations (config_hash) are not the same
   bool regressed() const { return verdict.rfind("REGRESSED", 0) == 0; }
 };
 
@@ -259,6 +260,8 @@ PointRow judge_point(const PointRuns& o, const std::string& old_dir, const Point
     return row;
   }
   const PointSide old_side{o, old_dir, pooled_old}, new_side{n, new_dir, pooled_record(n)};
+  const json& old_hash = pooled_old.value("config_hash", json()), &new_hash = new_side.pooled.value("config_hash", json());
+  row.settings_differ = old_hash.is_string() && new_hash.is_string() && old_hash != new_hash;
   row.tflops = judge_metric("tflops_per_gpu", old_side, new_side, threshold, bootstrap);
   row.tokens = judge_metric("tokens_per_second", old_side, new_side, threshold, bootstrap);
   const bool old_had_figures =
@@ -352,6 +355,13 @@ ResultsComparison compare_results(const ResultSet& old_set, const ResultSet& new
   for (const std::string& l : result.only_new) text += "only in NEW: " + l + '\n';
   for (const PointRow& row : rows) {
     if (!row.untested_why.empty()) text += "not tested for significance: " + row.label + ": " + row.untested_why + '\n';
+  }
+  // A label names a point of a sweep file, not its settings: an edited sweep or base run measures another setup.
+  for (const PointRow& row : rows) {
+    if (row.settings_differ) {
+      text += "settings differ: " + row.label + " ran another configuration in NEW (config_hash): its change is "
+              "not the code's or the machine's alone\n";
+    }
   }
   if (not_ok_old > 0) {
     text += printf_text("%d points were not ok in OLD (failed, diverged or invalid): nothing to compare; %d of them "
