@@ -110,10 +110,16 @@ TEST(Profile, BadProfilesAreRefusedNamingTheProblem) {
   one_rank["collectives"][0]["group_size"] = 1;
   refused(one_rank, "\"group_size\" must be 2 or more");
   // Rates and times no device measures (a unit slip): an infinite op cost once deadlocked the pipeline replay.
-  refused(flat_profile(1e-300, 2), "\"flops_per_second\" must be at least 1000 a second");
+  refused(flat_profile(1e-300, 2), "\"flops_per_second\" must be at least 1000 a second, got 1e-300");
   json slow_link = flat_profile(1e9, 2);
   slow_link["collectives"][0]["latency_seconds"] = 1e308;
-  refused(slow_link, "\"latency_seconds\" must be at most 3600 seconds");
+  refused(slow_link, "\"latency_seconds\" must be at most 3600 seconds, got 1e+308");
+  json half_node = flat_profile(1e9, 2);
+  half_node["gpus_per_node"] = 0.5;  // read as 0 it meant "every rank on one node"
+  refused(half_node, "p.json: \"gpus_per_node\" must be a whole number from 0 to 1000000, got 0.5");
+  json no_cores = flat_profile(1e9, 2);
+  no_cores["measured"]["cores"] = -2;
+  refused(no_cores, "p.json: measured: \"cores\" must be a whole number from 0 to 1000000, got -2");
   try {
     Profile::load(::testing::TempDir());
     ADD_FAILURE() << "a directory was accepted";

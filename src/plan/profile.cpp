@@ -1,5 +1,7 @@
 #include "plan/profile.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -53,13 +55,22 @@ constexpr double kLeastRate = 1e3;        // FLOP/s or bytes/s
 constexpr double kMostSeconds = 3600;     // one op or message
 double rate(const nlohmann::json& entry, const char* key, const std::string& where) {
   const double r = positive(entry, key, where);
-  if (r < kLeastRate) throw std::runtime_error(where + ": \"" + key + "\" must be at least 1000 a second, got " + std::to_string(r));
+  if (r < kLeastRate) throw std::runtime_error(fmt::format("{}: \"{}\" must be at least 1000 a second, got {:g}", where, key, r));
   return r;
 }
 double seconds(const nlohmann::json& entry, const char* key, const std::string& where, bool zero_allowed) {
   const double s = number_at_least(entry, key, where, zero_allowed);
-  if (s > kMostSeconds) throw std::runtime_error(where + ": \"" + key + "\" must be at most 3600 seconds, got " + std::to_string(s));
+  if (s > kMostSeconds) throw std::runtime_error(fmt::format("{}: \"{}\" must be at most 3600 seconds, got {:g}", where, key, s));
   return s;
+}
+
+// A count: a whole number from `least` to a million.
+int whole_number(double value, int least, const char* key, const std::string& where) {
+  if (!(value >= least && value <= 1e6 && value == std::floor(value))) {
+    throw std::runtime_error(fmt::format("{}: \"{}\" must be a whole number from {} to 1000000, got {:g}", where, key,
+                                         least, value));
+  }
+  return static_cast<int>(value);
 }
 
 // An optional field of one JSON type: `fallback` when absent, an error naming it when of another type.
@@ -98,7 +109,9 @@ Profile Profile::from_json(const nlohmann::json& j, const std::string& origin) {
   Profile p;
   p.measured_ = optional_field(j, "measured", nlohmann::json::object(), origin);
   if (!p.measured_.is_object()) throw std::runtime_error(origin + ": \"measured\" must be an object");
-  p.cores_ = std::max(1, static_cast<int>(optional_field(p.measured_, "cores", 1.0, origin + ": measured")));
+  // 0 (not stated) counts as one core, as before.
+  p.cores_ = std::max(1, whole_number(optional_field(p.measured_, "cores", 1.0, origin + ": measured"), 0, "cores",
+                                      origin + ": measured"));
   const auto optional_number = [&](const char* key, double fallback) {
     return j.contains(key) ? non_negative(j, key, origin) : fallback;
   };
@@ -107,7 +120,7 @@ Profile Profile::from_json(const nlohmann::json& j, const std::string& origin) {
     throw std::runtime_error(origin + ": \"element_bytes\" must be 2 (bf16) or 4 (fp32)");
   }
   p.peak_flops_ = j.contains("peak_flops_per_second") ? rate(j, "peak_flops_per_second", origin) : 0;
-  p.gpus_per_node_ = static_cast<int>(optional_number("gpus_per_node", 0));
+  p.gpus_per_node_ = whole_number(optional_number("gpus_per_node", 0), 0, "gpus_per_node", origin);
   if (p.gpus_per_node_ > 0) p.cores_ = 0;  // a device per rank: no cores shared
   const auto optional_flag = [&](const char* key) {
     const auto it = j.find(key);
