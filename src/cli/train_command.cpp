@@ -55,8 +55,10 @@ CLI::App* add_train_command(CLI::App& app, TrainArgs& args) {
 
 int run_train(const TrainArgs& args) {
   if (!args.outputs.resume.empty() && !args.outputs.init_hf.empty()) {
-    die(kExitConfigError, "config: command line: --init-hf: not with --resume: the resumed run's weights are its "
-                          "checkpoint's (--init-hf starts a new run)");
+    // Before the transformers directory is read: the combination is the problem, whatever the directory holds.
+    const ConfigError both("command line", "--init-hf",
+                           "not with --resume: the resumed run's weights are its checkpoint's (--init-hf starts a new run)");
+    die(kExitConfigError, std::string("config: ") + both.what());  // as run_job says a ConfigError
   }
   std::vector<std::string> rank_args;
   for (const auto& [flag, value] : {std::pair{"--out", args.outputs.out_dir}, std::pair{"--init-hf", args.outputs.init_hf},
